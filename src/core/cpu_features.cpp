@@ -1,0 +1,95 @@
+#include "core/cpu_features.h"
+
+#include <cpuid.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+namespace tandem {
+
+namespace {
+
+uint64_t read_xcr0() {
+  uint32_t eax, edx;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (uint64_t(edx) << 32) | eax;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = c & (1u << 27);
+  const bool avx = c & (1u << 28);
+  f.fma = c & (1u << 12);
+  f.f16c = c & (1u << 29);
+  if (!osxsave || !avx) return f;
+  const uint64_t xcr0 = read_xcr0();
+  const bool os_ymm = (xcr0 & 0x6) == 0x6;
+  const bool os_zmm = (xcr0 & 0xe6) == 0xe6;
+  if (!os_ymm) return f;
+  if (__get_cpuid_max(0, nullptr) < 7) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  f.avx2 = b & (1u << 5);
+  if (os_zmm) {
+    f.avx512f = b & (1u << 16);
+    f.avx512dq = b & (1u << 17);
+    f.avx512bw = b & (1u << 30);
+    f.avx512vl = b & (1u << 31);
+    f.avx512_vnni = c & (1u << 11);
+  }
+  __cpuid_count(7, 1, a, b, c, d);
+  f.avx_vnni = a & (1u << 4);
+  if (os_zmm) f.avx512_bf16 = a & (1u << 5);
+  return f;
+}
+
+Isa isa_from_env(Isa fallback) {
+  const char* env = std::getenv("TANDEM_ISA");
+  if (!env) return fallback;
+  std::string v(env);
+  if (v == "scalar") return Isa::Scalar;
+  if (v == "avx2") return Isa::Avx2;
+  if (v == "avx512") return Isa::Avx512;
+  return fallback;
+}
+
+std::atomic<int> g_cap{-1};
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+Isa best_supported_isa() {
+  const CpuFeatures& f = cpu_features();
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) return Isa::Avx512;
+  if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+Isa active_isa() {
+  int cap = g_cap.load(std::memory_order_relaxed);
+  if (cap < 0) {
+    cap = int(isa_from_env(Isa::Avx512));
+    g_cap.store(cap, std::memory_order_relaxed);
+  }
+  return Isa(std::min(cap, int(best_supported_isa())));
+}
+
+void set_isa_cap(Isa cap) { g_cap.store(int(cap), std::memory_order_relaxed); }
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+}  // namespace tandem

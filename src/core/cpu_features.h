@@ -1,0 +1,30 @@
+#pragma once
+// Which SIMD instruction sets this CPU (and OS) supports, read with cpuid/xgetbv at run time.
+// Kernels pick their implementation from `active_isa()`; TANDEM_ISA=scalar|avx2|avx512 caps it
+// (for tests and for comparing paths), never raising it above what the CPU has.
+#include <string_view>
+
+namespace tandem {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool f16c = false;
+  bool avx512f = false;
+  bool avx512bw = false;
+  bool avx512vl = false;
+  bool avx512dq = false;
+  bool avx512_bf16 = false;
+  bool avx512_vnni = false;
+  bool avx_vnni = false;
+};
+
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+const CpuFeatures& cpu_features();
+Isa best_supported_isa();             // what this CPU can run
+Isa active_isa();                     // best_supported_isa() capped by TANDEM_ISA / set_isa_cap
+void set_isa_cap(Isa cap);            // tests use this to exercise every path on one machine
+std::string_view isa_name(Isa isa);
+
+}  // namespace tandem

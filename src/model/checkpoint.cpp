@@ -1,0 +1,17 @@
+#include "model/checkpoint.h"
+
+namespace tandem {
+
+Gemma4Checkpoint::Gemma4Checkpoint(const std::string& d, const ShardPlan& p)
+    : dir(d),
+      config(Gemma4Config::load(d)),
+      generation(GenerationConfig::load(d, config)),
+      files(d),
+      weights(ModelWeights::bind(files, config, p)),
+      plan(p) {}
+
+std::unique_ptr<Gemma4Checkpoint> Gemma4Checkpoint::open(const std::string& dir, const ShardPlan& plan) {
+  return std::unique_ptr<Gemma4Checkpoint>(new Gemma4Checkpoint(dir, plan));
+}
+
+}  // namespace tandem

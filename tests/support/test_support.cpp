@@ -1,0 +1,133 @@
+#include "support/test_support.h"
+
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+
+namespace tandem::test {
+
+namespace fs = std::filesystem;
+
+std::string source_dir() { return TANDEM_SOURCE_DIR; }
+std::string shared_dir() {
+  if (const char* env = std::getenv("TANDEM_SHARED_DIR")) return env;
+  return TANDEM_SHARED_DIR;
+}
+std::string tandem_binary() { return TANDEM_BINARY; }
+
+std::string build_cache_dir() {
+  fs::path dir = fs::path(TANDEM_BINARY).parent_path() / "test-cache";
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+TempDir::TempDir() {
+  std::string pattern = (fs::temp_directory_path() / "tandem-test-XXXXXX").string();
+  if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+void write_file(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+CommandResult run(const std::string& command_line) {
+  TempDir tmp;
+  const std::string out = tmp.file("out"), err = tmp.file("err");
+  const std::string full = command_line + " >" + shell_quote(out) + " 2>" + shell_quote(err);
+  int status = std::system(full.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
+namespace {
+std::mutex g_cache_mutex;
+
+// Generates into a temporary sibling and renames, so an interrupted run never leaves half a model.
+std::string cached_checkpoint(const std::string& name, const std::string& generate_command_prefix) {
+  std::lock_guard lock(g_cache_mutex);
+  const fs::path dir = fs::path(build_cache_dir()) / name;
+  if (fs::exists(dir / "config.json")) return dir.string();
+  const fs::path partial = dir.string() + ".partial-" + std::to_string(::getpid());
+  fs::remove_all(partial);
+  CommandResult r = run(generate_command_prefix + " " + shell_quote(partial.string()));
+  if (r.exit_code != 0)
+    throw std::runtime_error("generating " + name + " failed: " + r.out + r.err);
+  std::error_code ec;
+  fs::rename(partial, dir, ec);
+  if (ec) fs::remove_all(partial);  // another process won the race; use its copy
+  return dir.string();
+}
+}  // namespace
+
+std::string npm_modules() {
+  static std::once_flag once;
+  static std::string modules;
+  std::call_once(once, [] {
+    const std::string js = source_dir() + "/tests/js";
+    int lock = ::open((js + "/.npm-install.lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (lock >= 0) ::flock(lock, LOCK_EX);
+    const bool present = fs::exists(js + "/node_modules/.package-lock.json");
+    if (!present) {
+      CommandResult r = run("cd " + shell_quote(js) +
+                            " && npm ci --no-audit --no-fund --loglevel=error");
+      if (r.exit_code != 0) std::fprintf(stderr, "npm ci failed: %s%s\n", r.out.c_str(), r.err.c_str());
+    }
+    if (fs::exists(js + "/node_modules/.package-lock.json")) modules = js + "/node_modules";
+    if (lock >= 0) ::close(lock);
+  });
+  return modules;
+}
+
+CommandResult run_node(const std::string& script, const std::string& args) {
+  return run("NODE_PATH=" + shell_quote(npm_modules()) + " node " + shell_quote(script) + " " + args);
+}
+
+std::string golden_tiny_checkpoint() {
+  return cached_checkpoint(
+      "golden-tiny-e4b",
+      "/usr/bin/python3 " + shell_quote(shared_dir() + "/golden/make_tiny.py") + " tiny-e4b");
+}
+
+std::string synth_checkpoint(const std::string& preset, int seed) {
+  return cached_checkpoint("synth-" + preset + "-" + std::to_string(seed),
+                           shell_quote(tandem_binary()) + " synth --preset " + preset + " --seed " +
+                               std::to_string(seed) + " --out");
+}
+
+}  // namespace tandem::test

@@ -1,0 +1,70 @@
+#include "cli_common.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "model/synth.h"
+
+namespace tandem::cli {
+
+std::vector<int32_t> parse_id_list(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(pos, comma - pos);
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front()))) item.erase(item.begin());
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back()))) item.pop_back();
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value < 0 || value > INT32_MAX)
+      fail("--ids: '{}' is not a token id (expected comma-separated non-negative integers)", item);
+    ids.push_back(int32_t(value));
+    pos = comma + 1;
+  }
+  if (ids.empty()) fail("--ids: no token ids given");
+  return ids;
+}
+
+std::string resolve_model_dir(const std::string& model) {
+  if (!model.empty()) return model;
+  namespace fs = std::filesystem;
+  std::string dir;
+  if (const char* env = std::getenv("TANDEM_DEMO_MODEL")) {
+    dir = env;
+  } else {
+    const char* cache = std::getenv("XDG_CACHE_HOME");
+    const char* home = std::getenv("HOME");
+    dir = cache ? std::string(cache) + "/tandem/demo-model"
+                : std::string(home ? home : ".") + "/.cache/tandem/demo-model";
+  }
+  if (file_exists(dir + "/config.json")) return dir;
+  std::fprintf(stderr, "tandem: no --model given; creating the demo model (random weights) in %s\n", dir.c_str());
+  const std::string partial = dir + ".partial";
+  fs::remove_all(partial);
+  SynthOptions options;
+  options.preset = "demo";
+  options.out_dir = partial;
+  options.seed = 2026;
+  if (const char* tok = std::getenv("TANDEM_DEMO_TOKENIZER")) options.tokenizer_json = tok;
+  synthesize_checkpoint(options);
+  fs::rename(partial, dir);
+  return dir;
+}
+
+void append_float(std::string& out, float value) {
+  if (!std::isfinite(value)) fail("the model produced a non-finite value ({}); refusing to print it", value);
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  out.append(buf, end);
+}
+
+}  // namespace tandem::cli
