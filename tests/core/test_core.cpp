@@ -1,0 +1,101 @@
+// Floor 1: dtype conversions, the thread pool, CPU feature detection.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace tandem {
+namespace {
+
+TEST(DType, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+  // 1 + 2^-8 is exactly halfway between two bf16 values: ties go to the even mantissa (1.0).
+  EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  // 1 + 3*2^-8 is halfway between 1+2^-7 (odd) and 1+2^-6 (even).
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8))), 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(-std::numeric_limits<float>::infinity())), -std::numeric_limits<float>::infinity());
+}
+
+TEST(DType, F16RoundTripsEveryValue) {
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const float f = f16_to_f32(uint16_t(bits));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(f32_to_f16(f), uint16_t(bits)) << std::hex << bits;
+  }
+  EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);                    // overflow -> inf
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -26)), 0x0000);   // below half the smallest subnormal
+}
+
+TEST(DType, Names) {
+  EXPECT_EQ(dtype_from_name("BF16"), DType::BF16);
+  EXPECT_FALSE(dtype_from_name("bf16").has_value());
+  EXPECT_EQ(dtype_size(DType::F32), 4u);
+  EXPECT_EQ(dtype_name(DType::I8), "I8");
+}
+
+TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 7, 64, 1000, 4097}) {
+      std::vector<std::atomic<int>> hits(size_t(n) + 1);
+      pool.parallel_for(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+      }, 16);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << threads << " " << n << " " << i;
+    }
+  }
+}
+
+TEST(ThreadPool, SplitRangeRespectsGrain) {
+  auto [b0, e0] = ThreadPool::split_range(100, 0, 2, 32);
+  auto [b1, e1] = ThreadPool::split_range(100, 1, 2, 32);
+  EXPECT_EQ(b0, 0);
+  EXPECT_EQ(e0 % 32, 0);
+  EXPECT_EQ(b1, e0);
+  EXPECT_EQ(e1, 100);
+}
+
+TEST(ThreadPool, RunsManyJobsAndPropagatesErrors) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> total{0};
+  for (int job = 0; job < 2000; ++job)
+    pool.run([&](int t, int n) { total += t + 1; });
+  EXPECT_EQ(total.load(), 2000 * 3);
+  EXPECT_THROW(pool.run([](int t, int) { if (t == 1) throw Error("boom"); }), Error);
+  pool.run([&](int, int) { total += 1; });  // still usable afterwards
+  EXPECT_EQ(total.load(), 2000 * 3 + 2);
+}
+
+TEST(ThreadPool, NestedCallsRunInline) {
+  ThreadPool pool(2);
+  std::atomic<int> inner{0};
+  pool.run([&](int, int) { pool.parallel_for(10, [&](int64_t b, int64_t e) { inner += int(e - b); }); });
+  EXPECT_EQ(inner.load(), 20);
+}
+
+TEST(CpuFeatures, CapLowersButNeverRaisesTheIsa) {
+  const Isa best = best_supported_isa();
+  set_isa_cap(Isa::Scalar);
+  EXPECT_EQ(active_isa(), Isa::Scalar);
+  set_isa_cap(Isa::Avx512);
+  EXPECT_EQ(active_isa(), best);
+  if (best != Isa::Scalar) {
+    EXPECT_TRUE(cpu_features().avx2);
+    EXPECT_TRUE(cpu_features().fma);
+  }
+}
+
+}  // namespace
+}  // namespace tandem

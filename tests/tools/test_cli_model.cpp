@@ -1,0 +1,137 @@
+// The `tandem` command end to end: golden logits and greedy ids through `logits` and `generate`,
+// `synth` writing the published layout, `inspect`, and clear errors with a non-zero exit.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "support/test_support.h"
+
+namespace tandem {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string tandem_cmd(const std::string& args) { return test::shell_quote(test::tandem_binary()) + " " + args; }
+
+std::string join_ids(const std::vector<int>& ids) {
+  std::string s;
+  for (int id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
+}
+
+class Golden : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    golden_ = json::parse(test::read_file(test::shared_dir() + "/golden/tiny-e4b.json"));
+    model_ = test::golden_tiny_checkpoint();
+  }
+  static json golden_;
+  static std::string model_;
+};
+json Golden::golden_;
+std::string Golden::model_;
+
+TEST_F(Golden, LogitsAgreeWithIndependentImplementation) {
+  for (const auto& c : golden_["cases"]) {
+    const auto ids = c["ids"].get<std::vector<int>>();
+    for (int threads : {1, 2}) {
+      auto r = test::run(tandem_cmd("logits --model " + model_ + " --ids " + join_ids(ids) + " --threads " + std::to_string(threads)));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      const json out = json::parse(r.out);
+      ASSERT_EQ(out["logits"].size(), ids.size());
+      for (size_t p = 0; p < ids.size(); ++p) {
+        const auto ours = out["logits"][p].get<std::vector<double>>();
+        const auto theirs = c["logits"][p].get<std::vector<double>>();
+        ASSERT_EQ(ours.size(), theirs.size());
+        for (size_t v = 0; v < ours.size(); ++v)
+          ASSERT_NEAR(ours[v], theirs[v], 1e-3) << "prompt length " << ids.size() << " position " << p << " token " << v;
+      }
+    }
+  }
+}
+
+TEST_F(Golden, GreedyIdsMatchExactly) {
+  for (const auto& c : golden_["cases"]) {
+    const auto ids = c["ids"].get<std::vector<int>>();
+    auto r = test::run(tandem_cmd("generate --model " + model_ + " --ids " + join_ids(ids) + " --max-tokens 20 --ignore-eos"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(json::parse(r.out)["ids"].get<std::vector<int>>(), c["greedy"].get<std::vector<int>>())
+        << "prompt length " << ids.size();
+  }
+}
+
+TEST_F(Golden, GenerateStopsAtStopTokensUnlessIgnored) {
+  // Find a prompt whose greedy continuation hits a stop token (1, 50 or 106) within 20 steps in
+  // the golden data; when there is none, generation must simply run to max-tokens.
+  for (const auto& c : golden_["cases"]) {
+    const auto greedy = c["greedy"].get<std::vector<int>>();
+    size_t stop_at = greedy.size();
+    for (size_t i = 0; i < greedy.size(); ++i)
+      if (greedy[i] == 1 || greedy[i] == 50 || greedy[i] == 106) { stop_at = i; break; }
+    auto r = test::run(tandem_cmd("generate --model " + model_ + " --ids " + join_ids(c["ids"].get<std::vector<int>>()) + " --max-tokens 20"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(json::parse(r.out)["ids"].get<std::vector<int>>(),
+              std::vector<int>(greedy.begin(), greedy.begin() + long(stop_at)));
+  }
+}
+
+TEST(Synth, WritesThePublishedLayout) {
+  const std::string dir = test::synth_checkpoint("tiny-e2b");
+  const json config = json::parse(test::read_file(dir + "/config.json"));
+  EXPECT_EQ(config["model_type"], "gemma4");
+  EXPECT_EQ(config["text_config"]["model_type"], "gemma4_text");
+  const json index = json::parse(test::read_file(dir + "/model.safetensors.index.json"));
+  const auto& map = index["weight_map"];
+  EXPECT_TRUE(map.contains("model.vision_tower.patch_embedder.input_proj.weight"));
+  EXPECT_TRUE(map.contains("model.language_model.layers.9.self_attn.k_proj.weight"));  // unused, as published
+  EXPECT_FALSE(map.contains("lm_head.weight"));
+  std::set<std::string> shards;
+  for (auto& [name, file] : map.items()) shards.insert(file.get<std::string>());
+  EXPECT_EQ(shards.size(), 2u);
+  for (const auto& s : shards) EXPECT_TRUE(fs::exists(dir + "/" + s));
+  EXPECT_TRUE(fs::exists(dir + "/generation_config.json"));
+}
+
+TEST(Synth, SameSeedSameBytesOtherSeedOtherBytes) {
+  test::TempDir a, b, c;
+  ASSERT_EQ(test::run(tandem_cmd("synth --preset tiny --seed 5 --out " + a.path())).exit_code, 0);
+  ASSERT_EQ(test::run(tandem_cmd("synth --preset tiny --seed 5 --out " + b.path())).exit_code, 0);
+  ASSERT_EQ(test::run(tandem_cmd("synth --preset tiny --seed 6 --out " + c.path())).exit_code, 0);
+  const std::string shard = "/model-00001-of-00002.safetensors";
+  EXPECT_EQ(test::read_file(a.path() + shard), test::read_file(b.path() + shard));
+  EXPECT_NE(test::read_file(a.path() + shard), test::read_file(c.path() + shard));
+}
+
+TEST(Inspect, ShowsLayerTableAndSkippedTensors) {
+  auto r = test::run(tandem_cmd("inspect --model " + test::golden_tiny_checkpoint()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("layer 7"));  // sliding donor
+  EXPECT_THAT(r.out, HasSubstr("layer 5"));  // full donor
+  EXPECT_THAT(r.out, HasSubstr("(skipped: KV-shared layer)"));
+  EXPECT_THAT(r.out, HasSubstr("(skipped: not a text weight)"));
+}
+
+TEST(CliErrors, BadInputGivesMessageAndNonZeroExit) {
+  const std::string model = test::golden_tiny_checkpoint();
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {"logits --model " + model + " --ids 2,x,5", "not a token id"},
+      {"logits --model " + model + " --ids 2,,5", "not a token id"},
+      {"logits --model " + model + " --ids 2,512", "outside the vocabulary"},
+      {"generate --model " + model + " --ids 2 --max-tokens -1", "--max-tokens"},
+      {"logits --model /nonexistent --ids 2", "/nonexistent"},
+      {"synth --preset huge --out /tmp/never", "unknown preset"},
+  };
+  for (const auto& c : cases) {
+    auto r = test::run(tandem_cmd(c.args));
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << c.args;
+  }
+}
+
+}  // namespace
+}  // namespace tandem
