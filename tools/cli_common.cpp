@@ -10,6 +10,8 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "model/reference.h"
 #include "model/synth.h"
 
 namespace tandem::cli {
@@ -65,6 +67,29 @@ void append_float(std::string& out, float value) {
   char buf[32];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
   out.append(buf, end);
+}
+
+void add_model_options(CLI::App& cmd, ModelOptions& o) {
+  cmd.add_option("--model", o.model_dir, "Model folder (Hugging Face layout); default: the demo model");
+  cmd.add_option("--backend", o.backend, "cpu (fast path) or reference (float32 reference)")
+      ->check(CLI::IsMember({"cpu", "reference"}));
+  cmd.add_option("--threads", o.threads, "Threads (default: all cores)");
+  cmd.add_option("--kv-dtype", o.kv_dtype, "KV cache element type: f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+}
+
+LoadedModel load_model(const ModelOptions& o, int max_context) {
+  LoadedModel m;
+  m.checkpoint = Gemma4Checkpoint::open(resolve_model_dir(o.model_dir));
+  m.pool = std::make_unique<ThreadPool>(o.threads);
+  m.comm = std::make_unique<LocalCommunicator>();
+  if (o.backend == "reference") {
+    m.model = std::make_unique<ReferenceModel>(m.checkpoint->config, m.checkpoint->weights, m.pool.get());
+  } else {
+    m.ops = std::make_unique<cpu::CpuOps>(*m.pool);
+    m.model = std::make_unique<FastSequenceModel>(*m.checkpoint, *m.ops, *m.comm, std::max(1, max_context), 256,
+                                                  o.kv_dtype == "bf16" ? KvDType::BF16 : KvDType::F32);
+  }
+  return m;
 }
 
 }  // namespace tandem::cli

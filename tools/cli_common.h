@@ -1,8 +1,17 @@
 #pragma once
 // Helpers shared by the `tandem` subcommands: option parsing of id lists, the demo model, JSON output.
+#include <CLI/CLI.hpp>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/ops.h"
+#include "model/checkpoint.h"
+#include "model/sequence_model.h"
+#include "parallel/communicator.h"
 
 namespace tandem::cli {
 
@@ -14,5 +23,22 @@ std::string resolve_model_dir(const std::string& model);
 
 // Appends a float so that it parses back to the same value.
 void append_float(std::string& out, float value);
+
+// A checkpoint with one sequence model over it: the fast CPU path, or the float32 reference.
+struct LoadedModel {
+  std::unique_ptr<Gemma4Checkpoint> checkpoint;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Ops> ops;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<SequenceModel> model;
+};
+struct ModelOptions {
+  std::string model_dir;
+  std::string backend = "cpu";  // cpu | reference
+  int threads = 0;
+  std::string kv_dtype = "f32";
+};
+void add_model_options(CLI::App& cmd, ModelOptions& options);
+LoadedModel load_model(const ModelOptions& options, int max_context);
 
 }  // namespace tandem::cli

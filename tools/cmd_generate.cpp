@@ -6,19 +6,16 @@
 #include "cli_common.h"
 #include "core/error.h"
 #include "commands.h"
-#include "model/checkpoint.h"
-#include "model/reference.h"
 
 namespace tandem::cli {
 
 namespace {
 
 struct GenerateOptions {
-  std::string model;
+  ModelOptions model;
   std::string ids;
   int max_tokens = 32;
   bool ignore_eos = false;
-  int threads = 0;
 };
 
 int32_t argmax(const std::vector<float>& logits) {
@@ -28,10 +25,9 @@ int32_t argmax(const std::vector<float>& logits) {
 void generate(const GenerateOptions& o) {
   const std::vector<int32_t> prompt = parse_id_list(o.ids);
   if (o.max_tokens < 0) fail("--max-tokens must be >= 0");
-  auto ckpt = Gemma4Checkpoint::open(resolve_model_dir(o.model));
-  const auto& stops = ckpt->generation.stop_token_ids;
-  ThreadPool pool(o.threads);
-  ReferenceModel model(ckpt->config, ckpt->weights, &pool);
+  LoadedModel m = load_model(o.model, int(prompt.size()) + o.max_tokens);
+  const auto& stops = m.checkpoint->generation.stop_token_ids;
+  SequenceModel& model = *m.model;
 
   std::vector<int32_t> generated;
   if (o.max_tokens > 0) {
@@ -53,11 +49,10 @@ void generate(const GenerateOptions& o) {
 void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Greedy generation from token ids (JSON)");
   auto o = std::make_shared<GenerateOptions>();
-  cmd->add_option("--model", o->model, "Model folder; default: the demo model");
+  add_model_options(*cmd, o->model);
   cmd->add_option("--ids", o->ids, "Comma-separated prompt token ids")->required();
   cmd->add_option("--max-tokens", o->max_tokens, "Most tokens to generate")->default_val(32);
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the model's stop tokens");
-  cmd->add_option("--threads", o->threads, "Threads (default: all cores)");
   cmd->callback([o] { generate(*o); });
 }
 

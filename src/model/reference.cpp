@@ -82,7 +82,7 @@ std::vector<std::vector<float>> ReferenceModel::forward(std::span<const int32_t>
 // projection of x0 (see docs/model.md).
 void ReferenceModel::embed(std::span<const int32_t> tokens, Rows& x, Rows& per_layer_inputs) const {
   const int H = config_.hidden_size, L = config_.num_layers, P = config_.ple_dim;
-  const float embed_scale = std::sqrt(float(H));
+  const float embed_scale = float(std::sqrt(double(H)));  // float32(H ** 0.5), as HF
   x.assign(tokens.size(), std::vector<float>(size_t(H)));
   per_layer_inputs.assign(tokens.size(), std::vector<float>(size_t(L) * P));
   for (size_t s = 0; s < tokens.size(); ++s) {
@@ -92,8 +92,8 @@ void ReferenceModel::embed(std::span<const int32_t> tokens, Rows& x, Rows& per_l
 
     std::vector<float> projected(size_t(L) * P), token_rows(size_t(L) * P);
     matvec(weights_.ple_model_projection, x[s].data(), projected.data());
-    const float projection_scale = 1.0f / std::sqrt(float(H));
-    const float ple_scale = std::sqrt(float(P));
+    const float projection_scale = float(1.0 / std::sqrt(double(H)));
+    const float ple_scale = float(std::sqrt(double(P)));
     if (tokens[s] >= config_.ple_vocab_size) fail("token id {} is outside the per-layer embedding table", tokens[s]);
     weights_.ple_table.row_to_float(tokens[s], token_rows.data());
     for (int i = 0; i < L; ++i) {

@@ -8,11 +8,12 @@
 
 #include "core/thread_pool.h"
 #include "model/config.h"
+#include "model/sequence_model.h"
 #include "model/weights.h"
 
 namespace tandem {
 
-class ReferenceModel {
+class ReferenceModel final : public SequenceModel {
  public:
   // `weights` must be bound for a single rank. `pool` (optional) splits matrix rows over threads.
   ReferenceModel(const Gemma4Config& config, const ModelWeights& weights, ThreadPool* pool = nullptr);
@@ -20,10 +21,10 @@ class ReferenceModel {
   // Runs `tokens` at positions position(), position()+1, ... through the model, extending the KV
   // cache. Returns soft-capped logits, one row of vocab_size per token (or only for the last token
   // when all_positions is false).
-  std::vector<std::vector<float>> forward(std::span<const int32_t> tokens, bool all_positions = true);
+  std::vector<std::vector<float>> forward(std::span<const int32_t> tokens, bool all_positions = true) override;
 
-  int position() const { return position_; }
-  void reset();
+  int position() const override { return position_; }
+  void reset() override;
 
  private:
   struct Cache {  // one row of kv_heads * head_dim floats per position, for layers that own K/V

@@ -6,6 +6,7 @@ namespace tandem {
 
 void ShardPlan::validate(const Gemma4Config& c) const {
   if (size < 1 || rank < 0 || rank >= size) fail("invalid tensor-parallel rank {} of {}", rank, size);
+  if (c.vocab_size % size) fail("{}: a vocabulary of {} can't be split evenly over {} ranks", c.source, c.vocab_size, size);
   for (size_t i = 0; i < c.layers.size(); ++i) {
     const LayerConfig& l = c.layers[i];
     const bool splits_kv = size <= l.num_kv_heads;

@@ -1,0 +1,143 @@
+// Kernel benchmarks on E4B-like shapes, with the active ISA and one thread per core:
+//   Matvec/<format>/<rows>x<cols>   n = 1 (decode): GB/s of weights streamed, and "roofline" = that
+//                                   divided by the read bandwidth measured at start-up
+//   Prefill/<format>/<rows>x<cols>  n = 512 tokens: GFLOP/s (2 flops per weight and token)
+// Run: build-*/bench/kernels_bench [--benchmark_filter=Matvec] ; TANDEM_ISA=avx2 to compare paths.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/memory_bandwidth.h"
+#include "kernels/cpu/kernels.h"
+
+namespace {
+
+using namespace tandem;
+
+ThreadPool& pool() {
+  static ThreadPool p(ThreadPool::default_threads());
+  return p;
+}
+
+double read_bandwidth() {
+  static const double gb_s = [] {
+    const double v = measure_read_bandwidth_gb_s(pool(), size_t(1) << 30, 5);
+    std::fprintf(stderr, "measured read bandwidth: %.1f GB/s with %d threads, isa %s\n", v, pool().size(),
+                 std::string(isa_name(active_isa())).c_str());
+    return v;
+  }();
+  return gb_s;
+}
+
+// A weight matrix filled with a repeating block of valid random values (no NaN, no subnormals).
+struct BenchMatrix {
+  std::unique_ptr<uint8_t[]> data, scales;
+  WeightMatrix w;
+
+  BenchMatrix(WeightFormat format, int64_t rows, int64_t cols) {
+    w.format = format;
+    w.rows = rows;
+    w.cols = cols;
+    w.row_stride = row_bytes(format, cols);
+    const size_t bytes = size_t(rows * w.row_stride);
+    data.reset(new uint8_t[bytes]);
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::vector<uint8_t> pattern(1 << 16);
+    for (size_t i = 0; i < pattern.size(); i += 4) {
+      const float v = value(rng);
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      if (format == WeightFormat::F16) u = uint32_t(f32_to_f16(v)) * 0x10001u;
+      if (format == WeightFormat::BF16) u = uint32_t(f32_to_bf16(v)) * 0x10001u;
+      if (format == WeightFormat::Q8 || format == WeightFormat::Q4) u = rng();
+      std::memcpy(&pattern[i], &u, 4);
+    }
+    for (size_t off = 0; off < bytes; off += pattern.size())
+      std::memcpy(data.get() + off, pattern.data(), std::min(pattern.size(), bytes - off));
+    w.data = data.get();
+    if (format == WeightFormat::Q8 || format == WeightFormat::Q4) {
+      w.scale_stride = cols / kQuantBlock * 2;
+      const size_t n = size_t(rows * w.scale_stride) / 2;
+      scales.reset(new uint8_t[n * 2]);
+      const uint16_t h = f32_to_f16(0.01f);
+      for (size_t i = 0; i < n; ++i) std::memcpy(scales.get() + 2 * i, &h, 2);
+      w.scales = scales.get();
+    }
+  }
+};
+
+void run_matmul(benchmark::State& state, WeightFormat format, int64_t rows, int64_t cols, int64_t n) {
+  const double bandwidth = read_bandwidth();
+  BenchMatrix m(format, rows, cols);
+  std::vector<float> x(size_t(n * cols)), y(size_t(n * rows));
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (auto& v : x) v = value(rng);
+  const cpu::KernelTable& k = cpu::active_kernels();
+  for (auto _ : state) {
+    cpu::matmul(pool(), k, m.w, x.data(), cols, n, y.data(), rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double iters = double(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(double(m.w.streamed_bytes()) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(rows) * double(cols) * double(n) * iters / 1e9, benchmark::Counter::kIsRate);
+  if (n == 1) state.counters["read_GB/s"] = bandwidth;  // the reporter adds roofline = GB/s / read_GB/s
+  state.SetLabel(std::string(weight_format_name(format)) + " " + std::string(isa_name(k.isa)));
+}
+
+struct Shape {
+  const char* name;
+  int64_t rows, cols;
+};
+
+constexpr Shape kShapes[] = {{"10240x2560", 10240, 2560}, {"2560x10240", 2560, 10240}, {"262144x2560", 262144, 2560}};
+constexpr WeightFormat kFormats[] = {WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16, WeightFormat::Q8,
+                                     WeightFormat::Q4};
+
+// Prints roofline = GB/s / read_GB/s next to the usual table.
+class RooflineReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    std::vector<Run> copy = runs;
+    for (Run& r : copy) {
+      auto gb = r.counters.find("GB/s"), bw = r.counters.find("read_GB/s");
+      if (gb != r.counters.end() && bw != r.counters.end() && bw->second.value > 0) {
+        r.counters["roofline"] = gb->second.value / bw->second.value;  // rates are final here
+      }
+    }
+    ConsoleReporter::ReportRuns(copy);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (WeightFormat f : kFormats)
+    for (const Shape& s : kShapes) {
+      if (f == WeightFormat::F32 && s.rows > 100000) continue;  // 2.7 GB: not a format anyone decodes in
+      const std::string fmt(weight_format_name(f));
+      benchmark::RegisterBenchmark(("Matvec/" + fmt + "/" + s.name).c_str(),
+                                   [=](benchmark::State& st) { run_matmul(st, f, s.rows, s.cols, 1); })
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime()
+          ->MinTime(0.5);
+      if (s.rows < 100000)
+        benchmark::RegisterBenchmark(("Prefill/" + fmt + "/" + s.name).c_str(),
+                                     [=](benchmark::State& st) { run_matmul(st, f, s.rows, s.cols, 512); })
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime()
+            ->MinTime(0.5);
+    }
+  benchmark::Initialize(&argc, argv);
+  RooflineReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

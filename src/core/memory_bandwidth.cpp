@@ -1,0 +1,68 @@
+#include "core/memory_bandwidth.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "core/cpu_features.h"
+
+namespace tandem {
+
+namespace {
+
+// Eight independent accumulators keep enough loads in flight to saturate DRAM from one core; the
+// sum is returned so that the loads cannot be optimized away.
+__attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, size_t bytes) {
+  __m256i acc[8];
+  for (auto& a : acc) a = _mm256_setzero_si256();
+  for (size_t i = 0; i + 256 <= bytes; i += 256)
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_add_epi64(acc[j], _mm256_load_si256((const __m256i*)(p + i + 32 * j)));
+  for (int j = 1; j < 8; ++j) acc[0] = _mm256_add_epi64(acc[0], acc[j]);
+  return uint64_t(_mm256_extract_epi64(acc[0], 0));
+}
+
+uint64_t read_sse2(const uint8_t* p, size_t bytes) {
+  __m128i acc[8];
+  for (auto& a : acc) a = _mm_setzero_si128();
+  for (size_t i = 0; i + 128 <= bytes; i += 128)
+    for (int j = 0; j < 8; ++j) acc[j] = _mm_add_epi64(acc[j], _mm_load_si128((const __m128i*)(p + i + 16 * j)));
+  for (int j = 1; j < 8; ++j) acc[0] = _mm_add_epi64(acc[0], acc[j]);
+  return uint64_t(_mm_cvtsi128_si64(acc[0]));
+}
+
+}  // namespace
+
+double measure_read_bandwidth_gb_s(ThreadPool& pool, size_t bytes, int passes) {
+  const int nt = pool.size();
+  const size_t chunk = std::max<size_t>(4096, bytes / size_t(nt) / 4096 * 4096);
+  bytes = chunk * size_t(nt);
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> buffer(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)));
+  if (!buffer) throw std::bad_alloc();
+  uint8_t* base = buffer.get();
+  // Each thread first touches its own part, so pages land on its memory node.
+  pool.run([&](int t, int) { std::memset(base + size_t(t) * chunk, 1, chunk); });
+  const bool avx2 = cpu_features().avx2;
+  volatile uint64_t sink = 0;
+  double best = 0;
+  for (int pass = 0; pass < std::max(1, passes); ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+    pool.run([&](int t, int) {
+      const uint8_t* p = base + size_t(t) * chunk;
+      sink = sink + (avx2 ? read_avx2(p, chunk) : read_sse2(p, chunk));
+    });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, double(bytes) / seconds / 1e9);
+  }
+  return best;
+}
+
+}  // namespace tandem

@@ -1,0 +1,97 @@
+#include "kernels/cpu/cpu_ops.h"
+
+#include <cstring>
+
+#include "core/dtype.h"
+#include "kernels/cpu/attention.h"
+
+namespace tandem::cpu {
+
+CpuOps::CpuOps(ThreadPool& pool, const KernelTable& kernels) : pool_(pool), k_(kernels) {}
+
+void CpuOps::matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
+  cpu::matmul(pool_, k_, w, x, x_stride, n, y, y_stride);
+}
+
+void CpuOps::rms_norm(float* out, int64_t out_stride, const float* x, int64_t x_stride, int64_t n, int64_t dim,
+                      const float* weight, float eps) {
+  // Small rows (per-head norms) are not worth a thread hand-off.
+  auto rows = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) k_.rms_norm(out + i * out_stride, x + i * x_stride, weight, dim, eps);
+  };
+  if (n * dim < 16384) rows(0, n);
+  else pool_.parallel_for(n, rows);
+}
+
+void CpuOps::rope(float* x, int64_t x_stride, int64_t n, int heads, int head_dim, const float* cos,
+                  const float* sin) {
+  const int half = head_dim / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* c = cos + i * half;
+    const float* s = sin + i * half;
+    for (int h = 0; h < heads; ++h) {
+      float* v = x + i * x_stride + int64_t(h) * head_dim;
+      for (int d = 0; d < half; ++d) {
+        const float a = v[d], b = v[d + half];
+        v[d] = a * c[d] - b * s[d];
+        v[d + half] = b * c[d] + a * s[d];
+      }
+    }
+  }
+}
+
+void CpuOps::gelu_gate(float* gate, int64_t gate_stride, const float* up, int64_t up_stride, int64_t n,
+                       int64_t width) {
+  pool_.parallel_for(n * width, [&](int64_t b, int64_t e) {
+    // Walk the flattened range row by row so each kernel call stays within one row.
+    while (b < e) {
+      const int64_t row = b / width, col = b % width;
+      const int64_t len = std::min(e - b, width - col);
+      k_.gelu_gate(gate + row * gate_stride + col, up + row * up_stride + col, len);
+      b += len;
+    }
+  }, 256);
+}
+
+void CpuOps::add(float* x, const float* y, int64_t count) { k_.add(x, y, count); }
+void CpuOps::scale(float* x, int64_t count, float s) { k_.scale(x, count, s); }
+void CpuOps::softcap(float* x, int64_t count, float cap) {
+  pool_.parallel_for(count, [&](int64_t b, int64_t e) { k_.softcap(x + b, e - b, cap); }, 1024);
+}
+
+void CpuOps::embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float scale, float* out,
+                   int64_t out_stride) {
+  for (int64_t i = 0; i < n; ++i) {
+    table.row_to_float(ids[i], out + i * out_stride);
+    if (scale != 1.0f) k_.scale(out + i * out_stride, table.cols, scale);
+  }
+}
+
+void CpuOps::store_kv(const KvLayerView& kv, const KvSequence& seq, const float* k, int64_t k_stride,
+                      const float* v, int64_t v_stride) {
+  const int D = kv.head_dim;
+  for (int r = 0; r < seq.rows; ++r) {
+    const int32_t p = seq.positions[r];
+    const int64_t block = seq.blocks[p / kv.block_size - seq.first_logical_block];
+    for (int g = 0; g < kv.kv_heads; ++g) {
+      const int64_t offset = block * kv.block_stride + g * kv.head_stride + int64_t(p % kv.block_size) * D;
+      const float* ks = k + int64_t(seq.first_row + r) * k_stride + int64_t(g) * D;
+      const float* vs = v + int64_t(seq.first_row + r) * v_stride + int64_t(g) * D;
+      if (kv.dtype == KvDType::F32) {
+        std::memcpy(static_cast<float*>(kv.keys) + offset, ks, size_t(D) * 4);
+        std::memcpy(static_cast<float*>(kv.values) + offset, vs, size_t(D) * 4);
+      } else {
+        uint16_t* kd = static_cast<uint16_t*>(kv.keys) + offset;
+        uint16_t* vd = static_cast<uint16_t*>(kv.values) + offset;
+        for (int d = 0; d < D; ++d) {
+          kd[d] = f32_to_bf16(ks[d]);
+          vd[d] = f32_to_bf16(vs[d]);
+        }
+      }
+    }
+  }
+}
+
+void CpuOps::attention(const AttentionBatch& batch) { paged_attention(pool_, k_, batch, attention_scratch_); }
+
+}  // namespace tandem::cpu

@@ -1,0 +1,95 @@
+// Table selection and the threaded matmul. matmul() runs hundreds of times per decoded token, so
+// it allocates nothing in steady state (grow-only thread-local buffers) and makes one pass over
+// the pool (two for quantized weights with many tokens: quantize, then multiply).
+#include <cstdlib>
+#include <memory>
+#include <new>
+
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/kernels.h"
+
+namespace tandem::cpu {
+
+namespace {
+
+// Rows per thread come in multiples of this: a multiple of every ISA's register tile height, and
+// 16 floats of y (one cache line) per token, so threads rarely write the same line.
+constexpr int64_t kRowGrain = 16;
+// Below this many multiply-adds a matmul runs on the calling thread: waking the pool costs more.
+constexpr int64_t kMinParallelWork = 1 << 16;
+// With fewer tokens than this the calling thread quantizes the activations alone.
+constexpr int64_t kMinParallelQuantize = 16;
+
+// 64-byte aligned, grow-only scratch memory.
+class ScratchBuffer {
+ public:
+  uint8_t* get(size_t bytes) {
+    if (bytes > capacity_) {
+      const size_t size = (bytes + 63) / 64 * 64;
+      data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, size)));
+      if (!data_) throw std::bad_alloc();
+      capacity_ = size;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> data_;
+  size_t capacity_ = 0;
+};
+
+thread_local ScratchBuffer t_rows_scratch;    // matmul_rows called directly, on any thread
+thread_local ScratchBuffer t_matmul_scratch;  // matmul(), read by every thread of the pool
+
+bool is_quantized(WeightFormat f) { return f == WeightFormat::Q8 || f == WeightFormat::Q4; }
+
+}  // namespace
+
+const KernelTable& kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return avx512_kernels();
+    case Isa::Avx2: return avx2_kernels();
+    case Isa::Scalar: break;
+  }
+  return scalar_kernels();
+}
+
+const KernelTable& active_kernels() { return kernels_for(active_isa()); }
+
+void detail::quantize_then_matmul_rows(const KernelTable& k, const WeightMatrix& w, int64_t r0, int64_t r1,
+                                       const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
+  if (r0 >= r1 || n <= 0) return;
+  const int64_t stride = k.quantized_activation_stride(w.format, w.cols);
+  uint8_t* xq = t_rows_scratch.get(size_t(stride * n));
+  k.quantize_activations(w.format, w.cols, x, x_stride, n, xq, stride);
+  k.matmul_rows_quantized(w, r0, r1, xq, stride, n, y, y_stride);
+}
+
+void matmul(ThreadPool& pool, const KernelTable& k, const WeightMatrix& w, const float* x, int64_t x_stride,
+            int64_t n, float* y, int64_t y_stride) {
+  if (w.rows <= 0 || n <= 0) return;
+  const bool parallel = pool.size() > 1 && w.rows * w.cols * n >= kMinParallelWork && w.rows > kRowGrain;
+  if (!is_quantized(w.format) || !k.quantize_activations) {
+    if (!parallel) return k.matmul_rows(w, 0, w.rows, x, x_stride, n, y, y_stride);
+    pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) { k.matmul_rows(w, r0, r1, x, x_stride, n, y, y_stride); },
+                      kRowGrain);
+    return;
+  }
+  const int64_t stride = k.quantized_activation_stride(w.format, w.cols);
+  uint8_t* xq = t_matmul_scratch.get(size_t(stride * n));
+  if (parallel && n >= kMinParallelQuantize) {
+    pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
+      k.quantize_activations(w.format, w.cols, x + i0 * x_stride, x_stride, i1 - i0, xq + i0 * stride, stride);
+    });
+  } else {
+    k.quantize_activations(w.format, w.cols, x, x_stride, n, xq, stride);
+  }
+  if (!parallel) return k.matmul_rows_quantized(w, 0, w.rows, xq, stride, n, y, y_stride);
+  pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) { k.matmul_rows_quantized(w, r0, r1, xq, stride, n, y, y_stride); },
+                    kRowGrain);
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,38 @@
+#pragma once
+// The entry points each ISA's files export to build its KernelTable (kernels_avx2.cpp,
+// kernels_avx512.cpp). Only plain functions cross files: every SIMD template stays in an anonymous
+// namespace of the file compiled for its ISA, so the linker can never pick an AVX-512 copy of a
+// function for code that runs on an older CPU.
+#include <cstdint>
+
+#include "kernels/cpu/kernels.h"
+#include "kernels/weight.h"
+
+namespace tandem::cpu::detail {
+
+// matmul_rows for Q8/Q4 through a table's quantized entries, quantizing x into a grow-only
+// thread-local buffer (dispatch.cpp).
+void quantize_then_matmul_rows(const KernelTable& k, const WeightMatrix& w, int64_t r0, int64_t r1, const float* x,
+                               int64_t x_stride, int64_t n, float* y, int64_t y_stride);
+
+// Float weights (F32/F16/BF16), x float32 rows.
+void avx512_matmul_rows_float(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride,
+                              int64_t n, float* y, int64_t y_stride);
+void avx2_matmul_rows_float(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride,
+                            int64_t n, float* y, int64_t y_stride);
+
+// Quantized weights with AVX-512 VNNI (vpdpbusd); only when cpu_features().avx512_vnni.
+int64_t avx512vnni_activation_stride(WeightFormat format, int64_t cols);
+void avx512vnni_quantize_activations(WeightFormat format, int64_t cols, const float* x, int64_t x_stride,
+                                     int64_t n, uint8_t* out, int64_t out_stride);
+void avx512vnni_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
+                                      int64_t xq_stride, int64_t n, float* y, int64_t y_stride);
+
+// Quantized weights with AVX2 (vpmaddubsw), also used by the AVX-512 table on CPUs without VNNI.
+int64_t avx2_activation_stride(WeightFormat format, int64_t cols);
+void avx2_quantize_activations(WeightFormat format, int64_t cols, const float* x, int64_t x_stride, int64_t n,
+                               uint8_t* out, int64_t out_stride);
+void avx2_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
+                                int64_t xq_stride, int64_t n, float* y, int64_t y_stride);
+
+}  // namespace tandem::cpu::detail

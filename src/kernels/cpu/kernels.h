@@ -1,0 +1,59 @@
+#pragma once
+// The CPU kernels, one table of function pointers per instruction set (scalar, AVX2+FMA,
+// AVX-512), chosen at run time from cpuid. Every kernel is single-threaded; matmul() below splits
+// rows across the thread pool. Activations are float32; weights come in any WeightFormat.
+#include <cstdint>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "kernels/weight.h"
+
+namespace tandem::cpu {
+
+struct KernelTable {
+  Isa isa;
+  // y[i * y_stride + r] = sum_c W(r, c) * x[i * x_stride + c]  for r in [r0, r1), i in [0, n).
+  void (*matmul_rows)(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride,
+                      int64_t n, float* y, int64_t y_stride);
+  // out = x * (mean(x^2) + eps)^-0.5 * (weight ? weight : 1); out may alias x.
+  void (*rms_norm)(float* out, const float* x, const float* weight, int64_t dim, float eps);
+  // gate[i] = gelu_tanh(gate[i]) * up[i]
+  void (*gelu_gate)(float* gate, const float* up, int64_t n);
+  // x[i] = cap * tanh(x[i] / cap)
+  void (*softcap)(float* x, int64_t n, float cap);
+  // x[i] += y[i]
+  void (*add)(float* x, const float* y, int64_t n);
+  // x[i] *= s
+  void (*scale)(float* x, int64_t n, float s);
+  // sum_i a[i] * b[i]
+  float (*dot)(const float* a, const float* b, int64_t n);
+  // y[i] += a * x[i]
+  void (*axpy)(float* y, float a, const float* x, int64_t n);
+
+  // Quantized weights (Q8/Q4) in two steps, so that matmul() quantizes the activations once per
+  // call and not once per thread: the activations become int8 per block of 32 values (scale =
+  // max|x|/127, round to nearest), in a layout private to this table, then integer dot products.
+  // matmul_rows does both steps itself for Q8/Q4. All three are nullptr in the scalar table, whose
+  // matmul_rows multiplies the float activations by the exactly dequantized weights.
+  //
+  // Bytes one token takes in the quantized layout (a multiple of 64).
+  int64_t (*quantized_activation_stride)(WeightFormat format, int64_t cols);
+  // Quantizes n rows of x (cols values each) into out (64-byte aligned), row i at out + i * out_stride.
+  void (*quantize_activations)(WeightFormat format, int64_t cols, const float* x, int64_t x_stride, int64_t n,
+                               uint8_t* out, int64_t out_stride);
+  // matmul_rows for Q8/Q4 weights on activations from quantize_activations (same table, w.cols).
+  void (*matmul_rows_quantized)(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
+                                int64_t xq_stride, int64_t n, float* y, int64_t y_stride);
+};
+
+const KernelTable& scalar_kernels();
+const KernelTable& avx2_kernels();    // only call when the CPU has AVX2+FMA+F16C
+const KernelTable& avx512_kernels();  // only call when the CPU has AVX-512 F/BW/VL/DQ
+const KernelTable& kernels_for(Isa isa);
+const KernelTable& active_kernels();  // kernels_for(active_isa())
+
+// y = x · W^T for n rows of x, rows of W split across the pool's threads.
+void matmul(ThreadPool& pool, const KernelTable& k, const WeightMatrix& w, const float* x, int64_t x_stride,
+            int64_t n, float* y, int64_t y_stride);
+
+}  // namespace tandem::cpu

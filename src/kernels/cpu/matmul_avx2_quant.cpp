@@ -1,0 +1,238 @@
+// AVX2 matmul for quantized weights (Q8, Q4), also used by the AVX-512 table on CPUs without
+// AVX512-VNNI. Activations are quantized once per call to int8 per block of 32 (scale max|x|/127).
+// vpmaddubsw multiplies unsigned by signed bytes and saturates pairs at int16, so:
+//   Q8: |w| times x with w's sign moved onto x (|w| <= 128, |x| <= 127: pairs stay below 2^15),
+//   Q4: the stored nibble (q + 8, 0..15) times x, minus 8 * sum(x) per block, added exactly as a
+//       precomputed int32 correction vector.
+// Each block's int32 sum is scaled by weight scale x activation scale and summed in float32.
+//
+// Activation layout (per token):
+//   Q8: cols codes | cols/32 float scales
+//   Q4: per block 64 bytes: 16 codes of the even columns, 16 of the odd ones (matching the low and
+//       high nibbles of a packed weight block), 8 int32 (lane 0: -8 * sum of codes) | float scales
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/tiled_matmul.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace tandem::cpu::detail {
+
+namespace {
+
+constexpr int64_t kQ4BlockBytes = 64;
+
+int64_t round_up_64(int64_t v) { return (v + 63) / 64 * 64; }
+int64_t q8_scales_offset(int64_t cols) { return cols; }
+int64_t q4_scales_offset(int64_t cols) { return cols / kQuantBlock * kQ4BlockBytes; }
+
+float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// One block of 32 activations as int8 codes in column order, with its scale and code sum.
+struct QuantizedBlock {
+  __m256i codes;
+  float scale;
+  int32_t sum;
+};
+
+QuantizedBlock quantize_block(const float* x) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 v[4];
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    m = _mm256_max_ps(m, _mm256_and_ps(v[i], abs_mask));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));  // nearest even
+  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  QuantizedBlock b;
+  b.codes = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  b.scale = amax / 127.0f;
+  b.sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+  return b;
+}
+
+void quantize_token_q8(int64_t cols, const float* x, uint8_t* out) {
+  float* scales = reinterpret_cast<float*>(out + q8_scales_offset(cols));
+  for (int64_t blk = 0; blk < cols / kQuantBlock; ++blk) {
+    const QuantizedBlock b = quantize_block(x + blk * kQuantBlock);
+    _mm256_storeu_si256((__m256i*)(out + blk * kQuantBlock), b.codes);
+    scales[blk] = b.scale;
+  }
+}
+
+void quantize_token_q4(int64_t cols, const float* x, uint8_t* out) {
+  float* scales = reinterpret_cast<float*>(out + q4_scales_offset(cols));
+  // within each 16-byte lane: the 8 even columns, then the 8 odd ones
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
+                                         12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int64_t blk = 0; blk < cols / kQuantBlock; ++blk) {
+    const QuantizedBlock b = quantize_block(x + blk * kQuantBlock);
+    const __m256i halves = _mm256_shuffle_epi8(b.codes, split);
+    uint8_t* dst = out + blk * kQ4BlockBytes;
+    _mm256_storeu_si256((__m256i*)dst, _mm256_permute4x64_epi64(halves, 0xd8));  // qwords 0, 2, 1, 3
+    _mm256_storeu_si256((__m256i*)(dst + 32), _mm256_setr_epi32(-8 * b.sum, 0, 0, 0, 0, 0, 0, 0));
+    scales[blk] = b.scale;
+  }
+}
+
+float weight_scale(const uint8_t* scales, int64_t block) {
+  uint16_t h;
+  std::memcpy(&h, scales + 2 * block, 2);
+  return _cvtsh_ss(h);
+}
+
+template <int R, int T>
+void store_tile(__m256 (&acc)[R][T], int64_t row, float* y, int64_t y_stride, bool accumulate) {
+  for (int t = 0; t < T; ++t) {
+    float* out = y + t * y_stride + row;
+    for (int r = 0; r < R; ++r) {
+      const float s = hsum(acc[r][t]);
+      out[r] = accumulate ? out[r] + s : s;
+    }
+  }
+}
+
+template <int R, int T>
+struct Q8Tile {
+  static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
+                  float* y, int64_t y_stride, bool accumulate) {
+    const uint8_t* wp[R];
+    const uint8_t* sp[R];
+    for (int r = 0; r < R; ++r) {
+      wp[r] = w.data + (row + r) * w.row_stride;
+      sp[r] = w.scales + (row + r) * w.scale_stride;
+    }
+    const float* xs[T];
+    for (int t = 0; t < T; ++t) xs[t] = reinterpret_cast<const float*>(xb + t * x_stride + q8_scales_offset(w.cols));
+    __m256 acc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t c = k0; c < k1; c += kQuantBlock) {
+      const int64_t blk = c / kQuantBlock;
+      __m256i wv[R], aw[R];
+      float dw[R];
+      for (int r = 0; r < R; ++r) {
+        wv[r] = _mm256_loadu_si256((const __m256i*)(wp[r] + c));
+        aw[r] = _mm256_abs_epi8(wv[r]);
+        dw[r] = weight_scale(sp[r], blk);
+      }
+      for (int t = 0; t < T; ++t) {
+        const __m256i xv = _mm256_loadu_si256((const __m256i*)(xb + t * x_stride + c));
+        const float dx = xs[t][blk];
+        for (int r = 0; r < R; ++r) {
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xv, wv[r])), ones);
+          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[r] * dx), acc[r][t]);
+        }
+      }
+    }
+    store_tile<R, T>(acc, row, y, y_stride, accumulate);
+  }
+};
+
+template <int R, int T>
+struct Q4Tile {
+  static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
+                  float* y, int64_t y_stride, bool accumulate) {
+    const uint8_t* wp[R];
+    const uint8_t* sp[R];
+    for (int r = 0; r < R; ++r) {
+      wp[r] = w.data + (row + r) * w.row_stride;
+      sp[r] = w.scales + (row + r) * w.scale_stride;
+    }
+    const float* xs[T];
+    for (int t = 0; t < T; ++t) xs[t] = reinterpret_cast<const float*>(xb + t * x_stride + q4_scales_offset(w.cols));
+    __m256 acc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m128i nibble = _mm_set1_epi8(0x0f);
+    for (int64_t c = k0; c < k1; c += kQuantBlock) {
+      const int64_t blk = c / kQuantBlock;
+      __m256i wv[R];
+      float dw[R];
+      for (int r = 0; r < R; ++r) {
+        const __m128i v = _mm_loadu_si128((const __m128i*)(wp[r] + c / 2));
+        wv[r] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), nibble), _mm_and_si128(v, nibble));
+        dw[r] = weight_scale(sp[r], blk);
+      }
+      for (int t = 0; t < T; ++t) {
+        const uint8_t* xt = xb + t * x_stride + blk * kQ4BlockBytes;
+        const __m256i xv = _mm256_loadu_si256((const __m256i*)xt);
+        const __m256i corr = _mm256_loadu_si256((const __m256i*)(xt + 32));
+        const float dx = xs[t][blk];
+        for (int r = 0; r < R; ++r) {
+          const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], xv), ones), corr);
+          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[r] * dx), acc[r][t]);
+        }
+      }
+    }
+    store_tile<R, T>(acc, row, y, y_stride, accumulate);
+  }
+};
+
+TileSet make_tiles(WeightFormat format) {
+  TileSet set;
+  if (format == WeightFormat::Q4) {
+    fill_tiles<Q4Tile, 2, 3>(set);
+    set.x_bytes_per_col = 2;
+  } else {
+    fill_tiles<Q8Tile, 2, 3>(set);
+    set.x_bytes_per_col = 1;
+  }
+  set.k_align = kQuantBlock;
+  return set;
+}
+
+}  // namespace
+
+int64_t avx2_activation_stride(WeightFormat format, int64_t cols) {
+  const int64_t scales = cols / kQuantBlock * 4;
+  return format == WeightFormat::Q4 ? round_up_64(q4_scales_offset(cols) + scales)
+                                    : round_up_64(q8_scales_offset(cols) + scales);
+}
+
+void avx2_quantize_activations(WeightFormat format, int64_t cols, const float* x, int64_t x_stride, int64_t n,
+                               uint8_t* out, int64_t out_stride) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (format == WeightFormat::Q4)
+      quantize_token_q4(cols, x + i * x_stride, out + i * out_stride);
+    else
+      quantize_token_q8(cols, x + i * x_stride, out + i * out_stride);
+  }
+}
+
+void avx2_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride,
+                                int64_t n, float* y, int64_t y_stride) {
+  static const TileSet q8 = make_tiles(WeightFormat::Q8);
+  static const TileSet q4 = make_tiles(WeightFormat::Q4);
+  tiled_matmul(w.format == WeightFormat::Q4 ? q4 : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
+}
+
+}  // namespace tandem::cpu::detail
+
+#pragma GCC pop_options

@@ -1,0 +1,232 @@
+// AVX-512 VNNI matmul for quantized weights (Q8, Q4). The activations are quantized once per call
+// to int8 per block of 32 (scale max|x|/127); each 64-byte weight vector then meets 4 tokens
+// through vpdpbusd (u8 x s8 -> 4-way sums in int32 lanes). vpdpbusd wants one unsigned operand,
+// so the weights become unsigned: Q8 as w + 128 (a sign-bit flip), Q4 as stored (q + 8). The offset
+// times the block's sum of activation codes is subtracted exactly, through the accumulator the
+// dot product starts from. Per lane the int32 sum belongs to one block, so it is scaled by
+// weight scale x activation scale and summed in float32.
+//
+// Activation layout (per token, groups of G values, zero-padded past cols):
+//   Q8, G = 64,  192 bytes: 64 codes | 16 float scales (lane l: block l/8) | 16 int32 corrections
+//                                                                       (lanes 0, 8: -128 * sum)
+//   Q4, G = 128, 256 bytes: 64 codes of the even columns of blocks 0-3 (16 each) | 64 of the odd ones
+//                           | 16 float scales (lane l: block l/4) | 16 int32 corrections (lane 4b)
+// Q4's low nibbles hold the even columns of a block and the high nibbles the odd ones, so the
+// weights need only a mask and a shift to line up with this layout.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/tiled_matmul.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+// GCC 12 flags the intrinsic headers\' own _mm512_undefined_*() placeholders as uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace tandem::cpu::detail {
+
+namespace {
+
+constexpr int64_t kQ8Group = 64, kQ8GroupBytes = 192;
+constexpr int64_t kQ4Group = 128, kQ4GroupBytes = 256;
+
+int64_t group_count(int64_t cols, int64_t group) { return (cols + group - 1) / group; }
+
+// One block of 32 activations quantized: codes as int32 lanes (a: columns 0-15, b: 16-31).
+struct QuantizedBlock {
+  __m512i a, b;
+  float scale;
+  int32_t sum;
+};
+
+QuantizedBlock quantize_block(__m512 a, __m512 b) {
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+  const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+  QuantizedBlock q;
+  q.a = _mm512_cvtps_epi32(_mm512_mul_ps(a, inv));  // round to nearest (even)
+  q.b = _mm512_cvtps_epi32(_mm512_mul_ps(b, inv));
+  q.scale = amax / 127.0f;
+  q.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q.a, q.b));
+  return q;
+}
+
+void quantize_token_q8(int64_t cols, const float* x, uint8_t* out) {
+  std::memset(out, 0, size_t(group_count(cols, kQ8Group) * kQ8GroupBytes));
+  for (int64_t blk = 0; blk < cols / kQuantBlock; ++blk) {
+    const QuantizedBlock q = quantize_block(_mm512_loadu_ps(x + blk * 32), _mm512_loadu_ps(x + blk * 32 + 16));
+    uint8_t* g = out + (blk / 2) * kQ8GroupBytes;
+    const int half = int(blk % 2);
+    _mm_storeu_si128((__m128i*)(g + 32 * half), _mm512_cvtepi32_epi8(q.a));
+    _mm_storeu_si128((__m128i*)(g + 32 * half + 16), _mm512_cvtepi32_epi8(q.b));
+    _mm256_storeu_ps((float*)(g + 64) + 8 * half, _mm256_set1_ps(q.scale));
+    const int32_t corr = -128 * q.sum;
+    std::memcpy(g + 128 + 32 * half, &corr, 4);
+  }
+}
+
+void quantize_token_q4(int64_t cols, const float* x, uint8_t* out) {
+  std::memset(out, 0, size_t(group_count(cols, kQ4Group) * kQ4GroupBytes));
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t blk = 0; blk < cols / kQuantBlock; ++blk) {
+    const __m512 a = _mm512_loadu_ps(x + blk * 32), b = _mm512_loadu_ps(x + blk * 32 + 16);
+    const QuantizedBlock q = quantize_block(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b));
+    uint8_t* g = out + (blk / 4) * kQ4GroupBytes;
+    const int quarter = int(blk % 4);
+    _mm_storeu_si128((__m128i*)(g + 16 * quarter), _mm512_cvtepi32_epi8(q.a));
+    _mm_storeu_si128((__m128i*)(g + 64 + 16 * quarter), _mm512_cvtepi32_epi8(q.b));
+    _mm_storeu_ps((float*)(g + 128) + 4 * quarter, _mm_set1_ps(q.scale));
+    const int32_t corr = -8 * q.sum;
+    std::memcpy(g + 192 + 16 * quarter, &corr, 4);
+  }
+}
+
+// f16 scales of `count` consecutive blocks (1..4) as floats, each repeated over `lanes` lanes.
+__m512 expand_scales(const uint8_t* scales, int count, __m512i lane_to_block) {
+  const __m128i h = _mm_maskz_loadu_epi16(__mmask8((1u << count) - 1), scales);
+  return _mm512_permutexvar_ps(lane_to_block, _mm512_castps128_ps512(_mm_cvtph_ps(h)));
+}
+
+template <int R, int T>
+void store_tile(__m512 (&acc)[R][T], int64_t row, float* y, int64_t y_stride, bool accumulate) {
+  for (int t = 0; t < T; ++t) {
+    float* out = y + t * y_stride + row;
+    for (int r = 0; r < R; ++r) {
+      const float s = _mm512_reduce_add_ps(acc[r][t]);
+      out[r] = accumulate ? out[r] + s : s;
+    }
+  }
+}
+
+template <int R, int T>
+struct Q8Tile {
+  static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
+                  float* y, int64_t y_stride, bool accumulate) {
+    const uint8_t* wp[R];
+    const uint8_t* sp[R];
+    for (int r = 0; r < R; ++r) {
+      wp[r] = w.data + (row + r) * w.row_stride;
+      sp[r] = w.scales + (row + r) * w.scale_stride;
+    }
+    __m512 acc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+    const __m512i flip = _mm512_set1_epi8(char(0x80));
+    const __m512i lane_to_block = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    for (int64_t c = k0; c < k1; c += kQ8Group) {
+      const int blocks = c + kQ8Group <= k1 ? 2 : 1;
+      const __mmask64 bytes = blocks == 2 ? ~__mmask64(0) : __mmask64(0xffffffffu);
+      __m512i wv[R];
+      __m512 dw[R];
+      for (int r = 0; r < R; ++r) {
+        wv[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, wp[r] + c), flip);
+        dw[r] = expand_scales(sp[r] + c / kQuantBlock * 2, blocks, lane_to_block);
+      }
+      const uint8_t* xg = xb + (c / kQ8Group) * kQ8GroupBytes;
+      for (int t = 0; t < T; ++t) {
+        const uint8_t* g = xg + t * x_stride;
+        const __m512i xv = _mm512_load_si512(g);
+        const __m512 dx = _mm512_load_ps((const float*)(g + 64));
+        const __m512i corr = _mm512_load_si512(g + 128);
+        for (int r = 0; r < R; ++r) {
+          const __m512i dotv = _mm512_dpbusd_epi32(corr, wv[r], xv);
+          acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dotv), _mm512_mul_ps(dw[r], dx), acc[r][t]);
+        }
+      }
+    }
+    store_tile<R, T>(acc, row, y, y_stride, accumulate);
+  }
+};
+
+template <int R, int T>
+struct Q4Tile {
+  static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
+                  float* y, int64_t y_stride, bool accumulate) {
+    const uint8_t* wp[R];
+    const uint8_t* sp[R];
+    for (int r = 0; r < R; ++r) {
+      wp[r] = w.data + (row + r) * w.row_stride;
+      sp[r] = w.scales + (row + r) * w.scale_stride;
+    }
+    __m512 acc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+    const __m512i nibble = _mm512_set1_epi8(0x0f);
+    const __m512i lane_to_block = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    for (int64_t c = k0; c < k1; c += kQ4Group) {
+      const int blocks = int(std::min<int64_t>(4, (k1 - c) / kQuantBlock));
+      const __mmask64 bytes = blocks == 4 ? ~__mmask64(0) : (__mmask64(1) << (16 * blocks)) - 1;
+      __m512i lo[R], hi[R];
+      __m512 dw[R];
+      for (int r = 0; r < R; ++r) {
+        const __m512i v = _mm512_maskz_loadu_epi8(bytes, wp[r] + c / 2);
+        lo[r] = _mm512_and_si512(v, nibble);
+        hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+        dw[r] = expand_scales(sp[r] + c / kQuantBlock * 2, blocks, lane_to_block);
+      }
+      const uint8_t* xg = xb + (c / kQ4Group) * kQ4GroupBytes;
+      for (int t = 0; t < T; ++t) {
+        const uint8_t* g = xg + t * x_stride;
+        const __m512i xe = _mm512_load_si512(g), xo = _mm512_load_si512(g + 64);
+        const __m512 dx = _mm512_load_ps((const float*)(g + 128));
+        const __m512i corr = _mm512_load_si512(g + 192);
+        for (int r = 0; r < R; ++r) {
+          const __m512i dotv = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(corr, lo[r], xe), hi[r], xo);
+          acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dotv), _mm512_mul_ps(dw[r], dx), acc[r][t]);
+        }
+      }
+    }
+    store_tile<R, T>(acc, row, y, y_stride, accumulate);
+  }
+};
+
+TileSet make_q8_tiles() {
+  TileSet set;
+  fill_tiles<Q8Tile, 4, 4>(set);
+  set.k_align = kQ8Group;
+  set.x_bytes_per_col = kQ8GroupBytes / kQ8Group;
+  return set;
+}
+
+TileSet make_q4_tiles() {
+  TileSet set;
+  fill_tiles<Q4Tile, 4, 3>(set);
+  set.k_align = kQ4Group;
+  set.x_bytes_per_col = kQ4GroupBytes / kQ4Group;
+  return set;
+}
+
+}  // namespace
+
+int64_t avx512vnni_activation_stride(WeightFormat format, int64_t cols) {
+  return format == WeightFormat::Q4 ? group_count(cols, kQ4Group) * kQ4GroupBytes
+                                    : group_count(cols, kQ8Group) * kQ8GroupBytes;
+}
+
+void avx512vnni_quantize_activations(WeightFormat format, int64_t cols, const float* x, int64_t x_stride, int64_t n,
+                                     uint8_t* out, int64_t out_stride) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (format == WeightFormat::Q4)
+      quantize_token_q4(cols, x + i * x_stride, out + i * out_stride);
+    else
+      quantize_token_q8(cols, x + i * x_stride, out + i * out_stride);
+  }
+}
+
+void avx512vnni_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
+                                      int64_t xq_stride, int64_t n, float* y, int64_t y_stride) {
+  static const TileSet q8 = make_q8_tiles();
+  static const TileSet q4 = make_q4_tiles();
+  tiled_matmul(w.format == WeightFormat::Q4 ? q4 : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
+}
+
+}  // namespace tandem::cpu::detail
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options

@@ -1,0 +1,60 @@
+#include "kernels/cpu/tiled_matmul.h"
+
+#include <algorithm>
+
+namespace tandem::cpu {
+
+namespace {
+
+// Sizes chosen for the smallest caches still common on x86-64 servers: 32 KiB L1d, 512 KiB+ L2.
+constexpr int64_t kTokenTileBytes = 8 << 10;   // one token tile's activations over a column chunk: L1
+constexpr int64_t kRowBlockBytes = 128 << 10;   // a block of rows' weights over a column chunk: L2
+
+int64_t round_down(int64_t v, int64_t m) { return v / m * m; }
+
+}  // namespace
+
+void tiled_matmul(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* x,
+                  int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
+  if (r0 >= r1 || n <= 0) return;
+  const int64_t K = w.cols;
+  if (K == 0) {
+    for (int64_t i = 0; i < n; ++i) std::fill(y + i * y_stride + r0, y + i * y_stride + r1, 0.0f);
+    return;
+  }
+  const int R = tiles.rows, T = tiles.tokens;
+  if (n <= 2 * T) {
+    // Decode: every row streams from DRAM once, over all columns, for all tokens.
+    for (int64_t r = r0; r < r1; r += R) {
+      const int rr = int(std::min<int64_t>(R, r1 - r));
+      for (int64_t t = 0; t < n; t += T) {
+        const int tt = int(std::min<int64_t>(T, n - t));
+        tiles.fn[rr - 1][tt - 1](w, r, x + t * x_stride, x_stride, 0, K, y + t * y_stride, y_stride, false);
+      }
+    }
+    return;
+  }
+  // Prefill: a token tile's activations over a column chunk stay in L1 while the weights of a
+  // block of rows (in L2) pass under them; every weight comes from DRAM once, the activations
+  // from L2/L3 once per row block.
+  int64_t kc = std::max(tiles.k_align, round_down(kTokenTileBytes / (T * tiles.x_bytes_per_col), tiles.k_align));
+  if (kc >= K) kc = K;
+  const int64_t chunk_row_bytes = std::max<int64_t>(1, row_bytes(w.format, kc));
+  const int64_t mb = std::max<int64_t>(R, round_down(kRowBlockBytes / chunk_row_bytes, R));
+  for (int64_t k0 = 0; k0 < K; k0 += kc) {
+    const int64_t k1 = std::min(K, k0 + kc);
+    const bool accumulate = k0 > 0;
+    for (int64_t b0 = r0; b0 < r1; b0 += mb) {
+      const int64_t b1 = std::min(r1, b0 + mb);
+      for (int64_t t = 0; t < n; t += T) {
+        const int tt = int(std::min<int64_t>(T, n - t));
+        for (int64_t r = b0; r < b1; r += R) {
+          const int rr = int(std::min<int64_t>(R, b1 - r));
+          tiles.fn[rr - 1][tt - 1](w, r, x + t * x_stride, x_stride, k0, k1, y + t * y_stride, y_stride, accumulate);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,83 @@
+#pragma once
+// The ops interface: everything the fast model forward needs from a backend, at the granularity
+// of whole batches. The CPU backend implements it over SIMD kernels and a thread pool; a GPU
+// backend would implement the same calls over device memory. Buffers are row-major float32 with
+// explicit row strides (in elements).
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "kernels/weight.h"
+
+namespace tandem {
+
+enum class KvDType : uint8_t { F32, BF16 };
+size_t kv_dtype_size(KvDType dtype);
+std::string_view kv_dtype_name(KvDType dtype);
+
+// One layer's paged K/V storage. Element (block b, KV head g, slot s, dim d) of keys (or values)
+// sits at base + b * block_stride + g * head_stride + s * head_dim + d.
+struct KvLayerView {
+  void* keys = nullptr;
+  void* values = nullptr;
+  KvDType dtype = KvDType::F32;
+  int64_t block_stride = 0;
+  int64_t head_stride = 0;
+  int block_size = 0;
+  int head_dim = 0;
+  int kv_heads = 0;
+};
+
+// The rows of one sequence in a batch. Position p lives in block blocks[p / block_size -
+// first_logical_block] (sliding layers drop blocks that left the window), slot p % block_size.
+struct KvSequence {
+  int first_row = 0;
+  int rows = 0;
+  const int32_t* positions = nullptr;  // one per row, increasing
+  const int32_t* blocks = nullptr;
+  int64_t first_logical_block = 0;
+};
+
+struct AttentionBatch {
+  const float* q = nullptr;  // row r, local head h at q + r * q_stride + h * head_dim
+  int64_t q_stride = 0;
+  float* out = nullptr;      // same layout as q
+  int64_t out_stride = 0;
+  int q_heads = 0;           // local query heads
+  int q_first = 0;           // global index of local head 0
+  int kv_first = 0;          // global index of local KV head 0
+  int group = 1;             // query heads per KV head in the model
+  int window = 0;            // 0: causal over all keys; else keys in (p - window, p]
+  KvLayerView kv;
+  std::span<const KvSequence> sequences;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual std::string_view name() const = 0;
+
+  // y[i, r] = sum_c W[r, c] * x[i, c] for i < n
+  virtual void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y,
+                      int64_t y_stride) = 0;
+  // n rows of dim values: out = x * (mean(x^2) + eps)^-0.5 * weight (weight may be null)
+  virtual void rms_norm(float* out, int64_t out_stride, const float* x, int64_t x_stride, int64_t n, int64_t dim,
+                        const float* weight, float eps) = 0;
+  // Rotate-half RoPE on n rows of `heads` heads of head_dim; cos/sin hold head_dim/2 values per row.
+  virtual void rope(float* x, int64_t x_stride, int64_t n, int heads, int head_dim, const float* cos,
+                    const float* sin) = 0;
+  virtual void gelu_gate(float* gate, int64_t gate_stride, const float* up, int64_t up_stride, int64_t n,
+                         int64_t width) = 0;
+  virtual void add(float* x, const float* y, int64_t count) = 0;
+  virtual void scale(float* x, int64_t count, float s) = 0;
+  virtual void softcap(float* x, int64_t count, float cap) = 0;
+  // out[i] = table row ids[i] widened to float, times scale
+  virtual void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float scale, float* out,
+                     int64_t out_stride) = 0;
+  // Writes K and V rows (kv_heads * head_dim each) of a sequence's rows into the paged cache.
+  virtual void store_kv(const KvLayerView& kv, const KvSequence& seq, const float* k, int64_t k_stride,
+                        const float* v, int64_t v_stride) = 0;
+  virtual void attention(const AttentionBatch& batch) = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,181 @@
+#include "model/kv_cache.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tandem {
+
+namespace {
+
+bool owns_kv(const LayerConfig& l) { return !l.shares_kv; }
+
+size_t block_bytes_of_kind(const Gemma4Config& c, const ModelWeights& w, const KvCacheOptions& o, AttentionKind kind) {
+  size_t bytes = 0;
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    const LayerConfig& l = c.layers[i];
+    if (!owns_kv(l) || l.kind != kind) continue;
+    bytes += 2 * size_t(w.layers[i].heads.kv_count) * size_t(o.block_size) * size_t(l.head_dim) * kv_dtype_size(o.dtype);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+size_t KvCache::full_block_bytes(const Gemma4Config& c, const ModelWeights& w, const KvCacheOptions& o) {
+  return block_bytes_of_kind(c, w, o, AttentionKind::Full);
+}
+
+size_t KvCache::sliding_block_bytes(const Gemma4Config& c, const ModelWeights& w, const KvCacheOptions& o) {
+  return block_bytes_of_kind(c, w, o, AttentionKind::Sliding);
+}
+
+int64_t KvCache::sliding_blocks_per_sequence(const Gemma4Config& c, int block_size, int max_chunk) {
+  // A chunk starting at p0 sees positions from p0 - window + 1 on: window - 1 old ones plus the
+  // chunk, which may straddle one more block boundary.
+  return (int64_t(c.sliding_window) - 1 + max_chunk + block_size - 1) / block_size + 1;
+}
+
+KvCacheOptions KvCache::plan(const Gemma4Config& c, const ModelWeights& w, size_t budget, int max_sequences,
+                             int max_chunk, int block_size, KvDType dtype) {
+  KvCacheOptions o;
+  o.block_size = block_size;
+  o.dtype = dtype;
+  const size_t sliding_bytes = sliding_block_bytes(c, w, o), full_bytes = full_block_bytes(c, w, o);
+  if (sliding_bytes > 0) o.sliding_blocks = sliding_blocks_per_sequence(c, block_size, max_chunk) * max_sequences;
+  const size_t sliding_total = size_t(o.sliding_blocks) * sliding_bytes;
+  if (sliding_total >= budget)
+    fail("--kv-memory of {:.0f} MiB is too small: the sliding-window layers of {} sequences alone need {:.0f} MiB",
+         budget / 1048576.0, max_sequences, sliding_total / 1048576.0);
+  o.full_blocks = full_bytes > 0 ? int64_t((budget - sliding_total) / full_bytes) : 0;
+  if (full_bytes > 0 && o.full_blocks < 1) fail("--kv-memory is too small for one block of context");
+  return o;
+}
+
+KvCache::KvCache(const Gemma4Config& config, const ModelWeights& weights, const KvCacheOptions& options)
+    : config_(config), options_(options), layers_(config.layers.size()) {
+  if (options.block_size < 1) fail("KV block size must be positive");
+  const size_t elem = kv_dtype_size(options.dtype);
+  std::vector<size_t> offsets(config.layers.size());
+  for (size_t i = 0; i < config.layers.size(); ++i) {
+    const LayerConfig& l = config.layers[i];
+    if (!owns_kv(l)) continue;
+    LayerStorage& s = layers_[i];
+    s.head_dim = l.head_dim;
+    s.kv_heads = weights.layers[i].heads.kv_count;
+    s.head_stride = int64_t(options.block_size) * l.head_dim;
+    s.block_stride = s.head_stride * s.kv_heads;
+    const int64_t blocks = l.kind == AttentionKind::Full ? options.full_blocks : options.sliding_blocks;
+    offsets[i] = bytes_;
+    bytes_ += 2 * size_t(blocks) * size_t(s.block_stride) * elem;
+  }
+  if (bytes_ > 0) {
+    // Anonymous pages: reserved now, backed by memory only once a block is first written.
+    memory_ = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (memory_ == MAP_FAILED) {
+      memory_ = nullptr;
+      fail("cannot reserve {:.1f} GiB for the KV cache", bytes_ / 1073741824.0);
+    }
+  }
+  for (size_t i = 0; i < config.layers.size(); ++i) {
+    const LayerConfig& l = config.layers[i];
+    if (!owns_kv(l)) continue;
+    LayerStorage& s = layers_[i];
+    const int64_t blocks = l.kind == AttentionKind::Full ? options.full_blocks : options.sliding_blocks;
+    s.keys = static_cast<uint8_t*>(memory_) + offsets[i];
+    s.values = static_cast<uint8_t*>(s.keys) + size_t(blocks) * size_t(s.block_stride) * elem;
+  }
+  // Hand out low block numbers first: they are the ones most likely already backed by memory.
+  for (int64_t b = options.full_blocks - 1; b >= 0; --b) free_full_.push_back(int32_t(b));
+  for (int64_t b = options.sliding_blocks - 1; b >= 0; --b) free_sliding_.push_back(int32_t(b));
+}
+
+KvCache::~KvCache() {
+  if (memory_) ::munmap(memory_, bytes_);
+}
+
+KvLayerView KvCache::layer_view(int layer) const {
+  const LayerStorage& s = layers_[size_t(layer)];
+  KvLayerView v;
+  v.keys = s.keys;
+  v.values = s.values;
+  v.dtype = options_.dtype;
+  v.block_stride = s.block_stride;
+  v.head_stride = s.head_stride;
+  v.block_size = options_.block_size;
+  v.head_dim = s.head_dim;
+  v.kv_heads = s.kv_heads;
+  return v;
+}
+
+KvSequence KvCache::sequence_view(int layer, const KvSequenceBlocks& seq) const {
+  KvSequence v;
+  if (config_.layers[size_t(layer)].kind == AttentionKind::Full) {
+    v.blocks = seq.full.data();
+    v.first_logical_block = 0;
+  } else {
+    v.blocks = seq.sliding.data();
+    v.first_logical_block = seq.sliding_first;
+  }
+  return v;
+}
+
+int64_t KvCache::full_blocks_for(int length) const {
+  return (int64_t(length) + options_.block_size - 1) / options_.block_size;
+}
+
+int64_t KvCache::first_visible_block(int position) const {
+  return std::max(0, position - config_.sliding_window + 1) / options_.block_size;
+}
+
+std::pair<int64_t, int64_t> KvCache::blocks_needed(const KvSequenceBlocks& seq, int end) const {
+  if (end <= seq.length) return {0, 0};
+  const int64_t last_block = (int64_t(end) - 1) / options_.block_size;
+  int64_t full = 0, sliding = 0;
+  if (options_.full_blocks > 0) full = std::max<int64_t>(0, last_block + 1 - int64_t(seq.full.size()));
+  if (options_.sliding_blocks > 0) {
+    const int64_t first = seq.sliding.empty() ? first_visible_block(seq.length) : seq.sliding_first;
+    sliding = std::max<int64_t>(0, last_block + 1 - (first + int64_t(seq.sliding.size())));
+  }
+  return {full, sliding};
+}
+
+bool KvCache::reserve(KvSequenceBlocks& seq, int end) {
+  const auto [full_needed, sliding_needed] = blocks_needed(seq, end);
+  if (full_needed > free_full_blocks() || sliding_needed > free_sliding_blocks()) return false;
+  if (options_.sliding_blocks > 0 && seq.sliding.empty()) seq.sliding_first = first_visible_block(seq.length);
+  for (int64_t i = 0; i < full_needed; ++i) {
+    seq.full.push_back(free_full_.back());
+    free_full_.pop_back();
+  }
+  for (int64_t i = 0; i < sliding_needed; ++i) {
+    seq.sliding.push_back(free_sliding_.back());
+    free_sliding_.pop_back();
+  }
+  return true;
+}
+
+void KvCache::trim_window(KvSequenceBlocks& seq) {
+  const int64_t keep_from = first_visible_block(seq.length);  // the next query is at seq.length
+  while (!seq.sliding.empty() && seq.sliding_first < keep_from) {
+    free_sliding_.push_back(seq.sliding.front());
+    seq.sliding.erase(seq.sliding.begin());
+    ++seq.sliding_first;
+  }
+}
+
+void KvCache::release(KvSequenceBlocks& seq) {
+  free_full_.insert(free_full_.end(), seq.full.begin(), seq.full.end());
+  free_sliding_.insert(free_sliding_.end(), seq.sliding.begin(), seq.sliding.end());
+  seq = KvSequenceBlocks{};
+}
+
+double KvCache::usage() const {
+  const int64_t total = options_.full_blocks + options_.sliding_blocks;
+  if (total == 0) return 0.0;
+  return double(total - free_full_blocks() - free_sliding_blocks()) / double(total);
+}
+
+}  // namespace tandem

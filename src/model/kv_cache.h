@@ -1,0 +1,86 @@
+#pragma once
+// The paged KV cache of the fast forward pass. Memory is reserved once at start-up in two pools of
+// fixed-size blocks: one for full-attention layers (a sequence holds blocks for its whole context)
+// and one for sliding-window layers (a sequence holds only the blocks its window can still see, and
+// gives older ones back as it advances). Only layers that compute their own K/V have storage;
+// KV-shared layers read their donor's. Each sequence owns a small block table per pool.
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace tandem {
+
+struct KvCacheOptions {
+  int block_size = 16;
+  KvDType dtype = KvDType::F32;
+  int64_t full_blocks = 0;
+  int64_t sliding_blocks = 0;
+};
+
+struct KvSequenceBlocks {
+  std::vector<int32_t> full;        // logical block i -> physical block in the full pool
+  std::vector<int32_t> sliding;     // logical block (sliding_first + i) -> physical sliding block
+  int64_t sliding_first = 0;
+  int length = 0;                   // positions [0, length) are stored
+};
+
+class KvCache {
+ public:
+  KvCache(const Gemma4Config& config, const ModelWeights& weights, const KvCacheOptions& options);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  // Bytes one block of each pool takes (all layers of that kind together).
+  static size_t full_block_bytes(const Gemma4Config& config, const ModelWeights& weights, const KvCacheOptions& o);
+  static size_t sliding_block_bytes(const Gemma4Config& config, const ModelWeights& weights, const KvCacheOptions& o);
+  // Sliding blocks one sequence needs at most while prefilling chunks of up to `max_chunk` tokens.
+  static int64_t sliding_blocks_per_sequence(const Gemma4Config& config, int block_size, int max_chunk);
+  // Splits a memory budget between the pools so that `max_sequences` sequences fit in the sliding pool.
+  static KvCacheOptions plan(const Gemma4Config& config, const ModelWeights& weights, size_t budget_bytes,
+                             int max_sequences, int max_chunk, int block_size, KvDType dtype);
+
+  const KvCacheOptions& options() const { return options_; }
+  KvLayerView layer_view(int layer) const;  // the storage of `layer`, which must own its K/V
+  KvSequence sequence_view(int layer, const KvSequenceBlocks& seq) const;  // rows/positions left unset
+
+  // Full-pool blocks needed to store positions [0, length).
+  int64_t full_blocks_for(int length) const;
+  // Blocks (full, sliding) that reserve(seq, end) would take from the pools.
+  std::pair<int64_t, int64_t> blocks_needed(const KvSequenceBlocks& seq, int end) const;
+  // Allocates the blocks positions [seq.length, end) need, keeping what sliding layers can still
+  // see. Returns false and changes nothing when a pool is short.
+  bool reserve(KvSequenceBlocks& seq, int end);
+  // After a step that stored up to seq.length: returns sliding blocks no later query can see.
+  void trim_window(KvSequenceBlocks& seq);
+  void release(KvSequenceBlocks& seq);
+
+  int64_t free_full_blocks() const { return int64_t(free_full_.size()); }
+  int64_t free_sliding_blocks() const { return int64_t(free_sliding_.size()); }
+  double usage() const;  // fraction of all blocks in use
+  size_t bytes() const { return bytes_; }
+
+ private:
+  struct LayerStorage {
+    void* keys = nullptr;
+    void* values = nullptr;
+    int64_t block_stride = 0;
+    int64_t head_stride = 0;
+    int head_dim = 0;
+    int kv_heads = 0;
+  };
+  int64_t first_visible_block(int position) const;  // for sliding layers
+
+  const Gemma4Config& config_;
+  KvCacheOptions options_;
+  std::vector<LayerStorage> layers_;  // by layer index; empty for KV-shared layers
+  std::vector<int32_t> free_full_, free_sliding_;
+  void* memory_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,273 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace tandem {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::None: return "none";
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+  }
+  return "?";
+}
+
+struct Engine::Request {
+  uint64_t id = 0;
+  ScheduledSequence seq;
+  int prompt_tokens = 0;
+  int max_tokens = 0;
+  std::vector<int32_t> stop_tokens;
+  std::function<void(const TokenEvent&)> on_event;
+  std::unique_ptr<Sampler> sampler;
+  int generated = 0;
+  bool finished = false;
+};
+
+namespace {
+
+void broadcast_plan(Communicator& comm, const StepPlan& plan) {
+  std::vector<uint8_t> bytes = plan.serialize();
+  uint64_t size = bytes.size();
+  comm.broadcast(&size, sizeof size, 0);
+  comm.broadcast(bytes.data(), bytes.size(), 0);
+}
+
+StepPlan receive_plan(Communicator& comm) {
+  uint64_t size = 0;
+  comm.broadcast(&size, sizeof size, 0);
+  std::vector<uint8_t> bytes(size);
+  comm.broadcast(bytes.data(), bytes.size(), 0);
+  return StepPlan::deserialize(bytes.data(), bytes.size());
+}
+
+}  // namespace
+
+Engine::Engine(const Gemma4Checkpoint& checkpoint, Ops& ops, Communicator& comm, const EngineOptions& options)
+    : checkpoint_(checkpoint), comm_(comm), options_(options) {
+  const Gemma4Config& c = checkpoint.config;
+  context_limit_ = options.context_limit > 0 ? std::min(options.context_limit, c.max_position_embeddings)
+                                             : c.max_position_embeddings;
+  vocab_size_ = c.vocab_size;
+  worker_ = std::make_unique<Worker>(checkpoint, ops, comm, options.worker);
+  scheduler_ = std::make_unique<Scheduler>(*worker_, options.worker.max_slots, options.worker.max_step_tokens);
+  // A sequence can never hold more positions than the full-attention pool has blocks for.
+  const KvCache& cache = worker_->cache();
+  if (cache.options().full_blocks > 0)
+    context_limit_ = int(std::min<int64_t>(context_limit_, cache.options().full_blocks * cache.options().block_size));
+  logits_row_.resize(size_t(vocab_size_));
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+uint64_t Engine::submit(GenerationRequest request) {
+  const int prompt = int(request.prompt.size());
+  if (prompt == 0) throw RequestRejected(RequestRejected::Kind::Invalid, "the prompt is empty");
+  for (int32_t t : request.prompt)
+    if (t < 0 || t >= vocab_size_)
+      throw RequestRejected(RequestRejected::Kind::Invalid,
+                            fmt::format("token id {} is outside the vocabulary (0..{})", t, vocab_size_ - 1));
+  if (request.max_tokens < 0) throw RequestRejected(RequestRejected::Kind::Invalid, "max_tokens must be positive");
+  if (prompt >= context_limit_)
+    throw RequestRejected(RequestRejected::Kind::ContextLength,
+                          fmt::format("this model's maximum context length is {} tokens, but the prompt has {} "
+                                      "tokens (and at least one must be generated)",
+                                      context_limit_, prompt));
+  const int max_tokens = request.max_tokens > 0 ? request.max_tokens : context_limit_ - prompt;
+  if (prompt + max_tokens > context_limit_)
+    throw RequestRejected(RequestRejected::Kind::ContextLength,
+                          fmt::format("this model's maximum context length is {} tokens, but {} were requested "
+                                      "({} in the prompt, {} to generate)",
+                                      context_limit_, prompt + max_tokens, prompt, max_tokens));
+
+  auto r = std::make_unique<Request>();
+  r->seq.tokens = std::move(request.prompt);
+  r->prompt_tokens = prompt;
+  r->max_tokens = max_tokens;
+  r->stop_tokens = std::move(request.stop_tokens);
+  r->on_event = std::move(request.on_event);
+  r->sampler = std::make_unique<Sampler>(request.sampling, r->seq.tokens);
+  std::lock_guard lock(mutex_);
+  if (stopping_) throw RequestRejected(RequestRejected::Kind::ShuttingDown, "the server is shutting down");
+  if (int(incoming_.size()) + stat_waiting_.load() >= options_.max_waiting)
+    throw RequestRejected(RequestRejected::Kind::QueueFull,
+                          fmt::format("the queue is full ({} requests waiting); try again later", options_.max_waiting));
+  r->id = r->seq.id = next_id_++;
+  const uint64_t id = r->id;
+  incoming_.push_back(std::move(r));
+  wake_.notify_all();
+  return id;
+}
+
+void Engine::cancel(uint64_t request_id) {
+  std::lock_guard lock(mutex_);
+  cancelled_.push_back(request_id);
+  wake_.notify_all();
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  s.running = stat_running_.load();
+  s.waiting = stat_waiting_.load();
+  s.kv_usage = stat_kv_usage_.load();
+  s.prompt_tokens = stat_prompt_.load();
+  s.generation_tokens = stat_generated_.load();
+  s.preemptions = stat_preemptions_.load();
+  s.steps = stat_steps_.load();
+  return s;
+}
+
+void Engine::finish(Request& r, FinishReason reason, int32_t stop_token, const std::string& error) {
+  if (r.finished) return;
+  r.finished = true;
+  if (r.seq.slot >= 0) {
+    released_.push_back(r.seq.slot);
+    scheduler_->release_slot(r.seq.slot);
+    running_.erase(std::remove(running_.begin(), running_.end(), &r.seq), running_.end());
+    r.seq.slot = -1;
+  } else {
+    waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r.seq), waiting_.end());
+  }
+  TokenEvent e;
+  e.request_id = r.id;
+  e.finish = reason;
+  e.stop_token = stop_token;
+  e.error = error;
+  e.prompt_tokens = r.prompt_tokens;
+  e.completion_tokens = r.generated;
+  if (r.on_event) r.on_event(e);
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::vector<uint64_t> cancelled;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] {
+        return stopping_ || !incoming_.empty() || !cancelled_.empty() || !running_.empty() || !waiting_.empty();
+      });
+      if (stopping_) break;
+      while (!incoming_.empty()) {
+        std::unique_ptr<Request> r = std::move(incoming_.front());
+        incoming_.pop_front();
+        waiting_.push_back(&r->seq);
+        const uint64_t id = r->id;
+        requests_.emplace(id, std::move(r));
+      }
+      cancelled.swap(cancelled_);
+      stat_waiting_ = int(waiting_.size());
+    }
+    for (uint64_t id : cancelled) {
+      auto it = requests_.find(id);
+      if (it == requests_.end()) continue;
+      finish(*it->second, FinishReason::Cancelled);
+      requests_.erase(it);
+    }
+    if (running_.empty() && waiting_.empty() && released_.empty()) continue;
+    try {
+      step();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tandem: engine step failed: %s\n", e.what());
+      if (comm_.size() > 1) comm_.abort_job(1);  // the other ranks are mid-collective: end the job
+      fail_all(e.what());
+    }
+  }
+  fail_all("");  // shutting down: every open request ends as cancelled
+  if (comm_.size() > 1) {
+    StepPlan bye;
+    bye.command = StepPlan::Shutdown;
+    broadcast_plan(comm_, bye);
+  }
+}
+
+void Engine::fail_all(const std::string& error) {
+  std::vector<uint64_t> ids;
+  for (auto& [id, r] : requests_) ids.push_back(id);
+  for (uint64_t id : ids) finish(*requests_[id], error.empty() ? FinishReason::Cancelled : FinishReason::Error, -1, error);
+  requests_.clear();
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& r : incoming_) {
+      TokenEvent e;
+      e.request_id = r->id;
+      e.finish = FinishReason::Cancelled;
+      if (r->on_event) r->on_event(e);
+    }
+    incoming_.clear();
+  }
+  // Slots and blocks of the dropped sequences go back at the next plan via released_.
+}
+
+void Engine::step() {
+  std::vector<ScheduledSequence*> planned = scheduler_->plan(waiting_, running_, released_, plan_);
+  released_.clear();
+  if (comm_.size() > 1) broadcast_plan(comm_, plan_);
+  worker_->execute(plan_);
+  const std::span<const float> full = worker_->full_logits();
+  ++stat_steps_;
+
+  int row = 0;
+  for (size_t i = 0; i < planned.size(); ++i) {
+    if (plan_.sequences[i].logit_rows == 0) continue;
+    ScheduledSequence* seq = planned[i];
+    Request& r = *requests_.at(seq->id);
+    std::copy(full.begin() + int64_t(row) * vocab_size_, full.begin() + int64_t(row + 1) * vocab_size_,
+              logits_row_.begin());
+    ++row;
+    const SampledToken t = r.sampler->sample(logits_row_);
+    if (r.generated == 0) stat_prompt_ += uint64_t(r.prompt_tokens);
+    if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), t.token) != r.stop_tokens.end()) {
+      finish(r, FinishReason::Stop, t.token);
+      requests_.erase(seq->id);
+      continue;
+    }
+    seq->tokens.push_back(t.token);
+    ++r.generated;
+    ++stat_generated_;
+    TokenEvent e;
+    e.request_id = r.id;
+    e.token = t.token;
+    e.logprob = t.logprob;
+    e.top_logprobs = t.top;
+    e.prompt_tokens = r.prompt_tokens;
+    e.completion_tokens = r.generated;
+    if (r.on_event) r.on_event(e);
+    if (r.generated >= r.max_tokens) {
+      finish(r, FinishReason::Length);
+      requests_.erase(seq->id);
+    }
+  }
+  stat_preemptions_ = scheduler_->preemptions();
+  stat_running_ = int(running_.size());
+  stat_waiting_ = int(waiting_.size());
+  stat_kv_usage_ = worker_->cache().usage();
+}
+
+void run_follower(const Gemma4Checkpoint& checkpoint, Ops& ops, Communicator& comm, const WorkerOptions& options) {
+  Worker worker(checkpoint, ops, comm, options);
+  for (;;) {
+    StepPlan plan = receive_plan(comm);
+    if (plan.command == StepPlan::Shutdown) return;
+    worker.execute(plan);
+    worker.full_logits();
+  }
+}
+
+}  // namespace tandem

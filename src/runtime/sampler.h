@@ -1,0 +1,57 @@
+#pragma once
+// Picks the next token from logits: penalties, then temperature, top-k, top-p and min-p in the
+// order Hugging Face applies them, then a draw from a per-request random stream (reproducible
+// with a seed). Greedy when temperature is 0. Also reports log-probabilities for `logprobs`.
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace tandem {
+
+struct SamplingParams {
+  float temperature = 1.0f;   // 0: greedy
+  int top_k = 0;              // 0: off
+  float top_p = 1.0f;         // 1: off
+  float min_p = 0.0f;         // 0: off
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;  // 1: off; applies to prompt and output tokens (HF semantics)
+  std::optional<uint64_t> seed;
+  int top_logprobs = 0;       // alternatives to report per token (with logprobs on)
+  bool logprobs = false;
+
+  bool greedy() const { return temperature <= 0.0f; }
+};
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0.0f;             // of the chosen token under the model's distribution
+  std::vector<TokenLogprob> top;    // the top_logprobs most likely tokens
+};
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, std::span<const int32_t> prompt);
+
+  // `logits` is the full vocabulary row (it is modified in place). Records the token it returns.
+  SampledToken sample(std::span<float> logits);
+
+ private:
+  void apply_penalties(std::span<float> logits) const;
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::unordered_map<int32_t, int> output_counts_;
+  std::vector<int32_t> penalized_;  // prompt and output tokens, for the repetition penalty
+  std::vector<int32_t> order_;      // scratch: candidate indices
+  std::vector<float> probs_;        // scratch
+};
+
+}  // namespace tandem

@@ -1,0 +1,38 @@
+#pragma once
+// One engine step as every tensor-parallel rank must execute it: the ordered KV-block operations
+// (release a slot's blocks, reserve blocks up to a length) and the tokens each slot runs. Rank 0's
+// scheduler builds it; other ranks replay it exactly, so their block tables stay identical without
+// ever shipping them. It serializes to a flat byte buffer for the broadcast.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace tandem {
+
+struct KvOp {
+  enum Kind : int32_t { Release = 0, Reserve = 1 };
+  Kind kind;
+  int32_t slot;
+  int32_t end;  // Reserve: positions [0, end) must have blocks
+};
+
+struct PlannedSequence {
+  int32_t slot;
+  int32_t first_token;  // index into StepPlan::tokens
+  int32_t token_count;
+  int32_t logit_rows;
+};
+
+struct StepPlan {
+  enum Command : int32_t { Run = 0, Shutdown = 1 };
+  Command command = Run;
+  std::vector<KvOp> kv_ops;
+  std::vector<PlannedSequence> sequences;
+  std::vector<int32_t> tokens;
+
+  void clear();
+  std::vector<uint8_t> serialize() const;
+  static StepPlan deserialize(const uint8_t* data, size_t size);
+};
+
+}  // namespace tandem

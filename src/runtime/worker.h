@@ -1,0 +1,51 @@
+#pragma once
+// Executes step plans on one rank: owns the KV cache and the model forward for that rank, and the
+// block tables of every sequence slot. The same code runs on every tensor-parallel rank.
+#include <memory>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/checkpoint.h"
+#include "model/gemma4.h"
+#include "model/kv_cache.h"
+#include "parallel/communicator.h"
+#include "runtime/step_plan.h"
+
+namespace tandem {
+
+struct WorkerOptions {
+  int max_slots = 16;         // sequences that can be running at once
+  int max_step_tokens = 256;  // tokens per step (prefill chunks plus decodes)
+  size_t kv_memory_bytes = size_t(1) << 30;
+  int kv_block_size = 16;
+  KvDType kv_dtype = KvDType::F32;
+};
+
+class Worker {
+ public:
+  Worker(const Gemma4Checkpoint& checkpoint, Ops& ops, Communicator& comm, const WorkerOptions& options);
+
+  // Applies the plan's KV operations in order, then runs its sequences. The planner checked the
+  // reservations against the free blocks, so a failure here is a bug, reported as an Error.
+  void execute(const StepPlan& plan);
+
+  // The logits of the last step as full vocabulary rows, in plan order. With tensor parallelism
+  // this is a collective: every rank must call it after execute().
+  std::span<const float> full_logits();
+
+  const Gemma4Model& model() const { return *model_; }
+  const KvCache& cache() const { return *cache_; }
+  const KvSequenceBlocks& slot(int s) const { return slots_[size_t(s)]; }
+  const WorkerOptions& options() const { return options_; }
+
+ private:
+  WorkerOptions options_;
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<Gemma4Model> model_;
+  std::vector<KvSequenceBlocks> slots_;
+  std::vector<StepSequence> batch_;
+  Communicator& comm_;
+  std::vector<float> gathered_, full_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,130 @@
+// matmul_rows of every ISA table this CPU runs, for every weight format, against a double
+// reference on odd shapes: column tails, odd row and token counts, padded strides and slices.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/kernels.h"
+#include "matrix_factory.h"
+
+namespace tandem::test {
+namespace {
+
+using cpu::KernelTable;
+
+const std::vector<int64_t> kRows = {1, 3, 17, 64, 65};
+const std::vector<int64_t> kFloatCols = {1, 7, 32, 33, 100, 256, 1000};
+const std::vector<int64_t> kQuantCols = {32, 64, 96, 160, 256, 1024};
+const std::vector<int64_t> kTokens = {1, 2, 3, 5, 8, 17, 64};
+
+constexpr float kSentinel = -12345.0f;
+
+bool skip_unsupported(Isa isa) {
+  if (int(isa) > int(best_supported_isa())) {
+    std::printf("[ SKIPPED  ] %s: not supported by this CPU\n", std::string(isa_name(isa)).c_str());
+    return true;
+  }
+  return false;
+}
+
+// Runs k.matmul_rows over rows [r0, r1) and checks every written value and that nothing else
+// in y was touched.
+void check_matmul_rows(const KernelTable& k, const WeightMatrix& w, int64_t n, int64_t r0, int64_t r1, std::mt19937& rng,
+                       const std::string& what) {
+  const int64_t x_stride = w.cols + 3, y_stride = w.rows + 5;
+  const std::vector<float> x = random_vector(size_t(n * x_stride), rng);
+  std::vector<float> y(size_t(n * y_stride), kSentinel);
+  k.matmul_rows(w, r0, r1, x.data(), x_stride, n, y.data(), y_stride);
+  std::vector<float> row(size_t(w.cols));
+  int failures = 0;
+  for (int64_t r = 0; r < w.rows; ++r) {
+    w.row_to_float(r, row.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float got = y[size_t(i * y_stride + r)];
+      if (r < r0 || r >= r1) {
+        if (got != kSentinel && failures++ < 5) ADD_FAILURE() << what << ": row " << r << " written outside the range";
+        continue;
+      }
+      const Expected e = expected_dot(row, x.data() + i * x_stride, w.cols, is_quantized(w.format));
+      if (!(std::fabs(got - e.value) <= e.tolerance) && failures++ < 5)
+        ADD_FAILURE() << what << ": row " << r << " token " << i << ": got " << got << ", expected " << e.value
+                      << " +- " << e.tolerance;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = w.rows; r < y_stride; ++r)
+      if (y[size_t(i * y_stride + r)] != kSentinel && failures++ < 5) ADD_FAILURE() << what << ": wrote past the rows";
+}
+
+class MatmulRows : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(MatmulRows, AllFormatsAndShapes) {
+  if (skip_unsupported(GetParam())) GTEST_SKIP();
+  const KernelTable& k = cpu::kernels_for(GetParam());
+  std::mt19937 rng(42);
+  for (WeightFormat f : {WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::Q4}) {
+    const auto& cols_list = is_quantized(f) ? kQuantCols : kFloatCols;
+    for (int64_t rows : kRows)
+      for (int64_t cols : cols_list)
+        for (int64_t n : kTokens) {
+          const bool sliced = (rows + cols + n) % 2 == 1;
+          OwnedMatrix m = random_matrix(f, rows, cols, sliced, rng);
+          const std::string what = std::string(isa_name(GetParam())) + " " + std::string(weight_format_name(f)) +
+                                   " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) +
+                                   " n=" + std::to_string(n) + (sliced ? " sliced" : "");
+          check_matmul_rows(k, m.view, n, 0, rows, rng, what);
+        }
+  }
+}
+
+TEST_P(MatmulRows, SubRangesOfRows) {
+  if (skip_unsupported(GetParam())) GTEST_SKIP();
+  const KernelTable& k = cpu::kernels_for(GetParam());
+  std::mt19937 rng(7);
+  for (WeightFormat f : {WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::Q4}) {
+    OwnedMatrix m = random_matrix(f, 37, is_quantized(f) ? 96 : 41, true, rng);
+    for (auto [r0, r1] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {5, 6}, {3, 30}, {13, 37}})
+      for (int64_t n : {1, 4, 9})
+        check_matmul_rows(k, m.view, n, r0, r1, rng,
+                          std::string(weight_format_name(f)) + " rows [" + std::to_string(r0) + ", " +
+                              std::to_string(r1) + ") n=" + std::to_string(n));
+  }
+}
+
+// The prefill loop nest chunks columns and tokens; shapes large enough to take several chunks.
+TEST_P(MatmulRows, PrefillBlocking) {
+  if (skip_unsupported(GetParam())) GTEST_SKIP();
+  const KernelTable& k = cpu::kernels_for(GetParam());
+  std::mt19937 rng(11);
+  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::F16, WeightFormat::Q8, WeightFormat::Q4}) {
+    OwnedMatrix m = random_matrix(f, 21, is_quantized(f) ? 4096 + 32 : 4099, false, rng);
+    check_matmul_rows(k, m.view, 130, 0, 21, rng, std::string(weight_format_name(f)) + " prefill");
+  }
+}
+
+// Zero and huge activations: all-zero quantization blocks must give exact zeros, not NaN.
+TEST_P(MatmulRows, ZeroActivations) {
+  if (skip_unsupported(GetParam())) GTEST_SKIP();
+  const KernelTable& k = cpu::kernels_for(GetParam());
+  std::mt19937 rng(3);
+  for (WeightFormat f : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::Q4}) {
+    OwnedMatrix m = random_matrix(f, 9, 64, false, rng);
+    std::vector<float> x(64 * 2, 0.0f), y(9 * 2, kSentinel);
+    for (int c = 32; c < 64; ++c) x[size_t(64 + c)] = 1e30f * (c % 2 ? 1 : -1) / 1e30f;  // second token: one live block
+    k.matmul_rows(m.view, 0, 9, x.data(), 64, 2, y.data(), 9);
+    std::vector<float> row(64);
+    for (int r = 0; r < 9; ++r) {
+      EXPECT_EQ(y[size_t(r)], 0.0f) << weight_format_name(f);
+      m.view.row_to_float(r, row.data());
+      const Expected e = expected_dot(row, x.data() + 64, 64, is_quantized(f));
+      EXPECT_NEAR(y[size_t(9 + r)], e.value, e.tolerance) << weight_format_name(f);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, MatmulRows, ::testing::ValuesIn(all_isas()),
+                         [](const auto& info) { return std::string(isa_name(info.param)); });
+
+}  // namespace
+}  // namespace tandem::test

@@ -1,0 +1,213 @@
+// The fast forward pass against the float32 reference: logits within 1e-4 and identical greedy
+// ids on E4B- and E2B-like checkpoints, for every instruction set the CPU has, any chunking, and
+// any mix of sequences in one batch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "core/cpu_features.h"
+#include "core/error.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "model/checkpoint.h"
+#include "model/gemma4.h"
+#include "model/reference.h"
+#include "model/sequence_model.h"
+#include "support/test_support.h"
+
+namespace tandem {
+namespace {
+
+std::vector<int32_t> pseudo_random_ids(int n, int vocab, uint32_t seed) {
+  std::vector<int32_t> ids = {2};
+  for (int i = 1; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    ids.push_back(int32_t(5 + (seed >> 8) % uint32_t(vocab - 5)));
+  }
+  return ids;
+}
+
+float max_abs_diff(const std::vector<float>& a, const float* b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+std::vector<int32_t> greedy(SequenceModel& m, const std::vector<int32_t>& prompt, int steps) {
+  m.reset();
+  std::vector<int32_t> out;
+  int32_t next = argmax(m.forward(prompt, false).back());
+  for (int i = 0; i < steps; ++i) {
+    out.push_back(next);
+    const int32_t one[1] = {next};
+    next = argmax(m.forward(one, false).back());
+  }
+  return out;
+}
+
+class FastForward : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string checkpoint_dir() const {
+    return GetParam() == "golden" ? test::golden_tiny_checkpoint() : test::synth_checkpoint(GetParam());
+  }
+  void TearDown() override { set_isa_cap(Isa::Avx512); }
+};
+
+TEST_P(FastForward, MatchesReferenceOnEveryIsa) {
+  auto ckpt = Gemma4Checkpoint::open(checkpoint_dir());
+  const auto ids = pseudo_random_ids(60, ckpt->config.vocab_size, 11);
+  ReferenceModel reference(ckpt->config, ckpt->weights);
+  const auto expected = reference.forward(ids, true);
+  const auto expected_greedy = greedy(reference, ids, 30);
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (isa > best_supported_isa()) {
+      GTEST_LOG_(INFO) << "skipping " << isa_name(isa) << ": not supported by this CPU";
+      continue;
+    }
+    set_isa_cap(isa);
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      cpu::CpuOps ops(pool, cpu::active_kernels());
+      LocalCommunicator comm;
+      FastSequenceModel fast(*ckpt, ops, comm, 200, /*chunk_tokens=*/24);
+      const auto got = fast.forward(ids, true);
+      ASSERT_EQ(got.size(), expected.size());
+      for (size_t p = 0; p < got.size(); ++p)
+        ASSERT_LE(max_abs_diff(expected[p], got[p].data()), 1e-4f) << isa_name(isa) << " position " << p;
+      EXPECT_EQ(greedy(fast, ids, 30), expected_greedy) << isa_name(isa) << " threads " << threads;
+    }
+  }
+}
+
+TEST_P(FastForward, ChunkingDoesNotChangeLogits) {
+  auto ckpt = Gemma4Checkpoint::open(checkpoint_dir());
+  const auto ids = pseudo_random_ids(45, ckpt->config.vocab_size, 4);
+  ThreadPool pool(2);
+  cpu::CpuOps ops(pool);
+  LocalCommunicator comm;
+  FastSequenceModel one_shot(*ckpt, ops, comm, 100, 64);
+  const auto whole = one_shot.forward(ids, false).back();
+  for (int chunk : {1, 5, 16, 17}) {
+    FastSequenceModel chunked(*ckpt, ops, comm, 100, chunk);
+    const auto last = chunked.forward(ids, false).back();
+    EXPECT_LE(max_abs_diff(whole, last.data()), 1e-5f) << "chunk " << chunk;
+  }
+}
+
+// Sequences of different lengths, some prefilling and some decoding, in one step: each gets the
+// logits it gets alone, and the KV blocks all come back when they are released.
+TEST_P(FastForward, BatchingDoesNotChangeResults) {
+  auto ckpt = Gemma4Checkpoint::open(checkpoint_dir());
+  const Gemma4Config& c = ckpt->config;
+  ThreadPool pool(2);
+  cpu::CpuOps ops(pool);
+  LocalCommunicator comm;
+  KvCache cache(c, ckpt->weights, KvCache::plan(c, ckpt->weights, 64 << 20, 8, 32, 16, KvDType::F32));
+  const int64_t free_full = cache.free_full_blocks(), free_sliding = cache.free_sliding_blocks();
+  Gemma4Model model(c, ckpt->weights, ops, comm, cache, 128, 16);
+
+  const int n_seq = 5;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int s = 0; s < n_seq; ++s) prompts.push_back(pseudo_random_ids(3 + 9 * s, c.vocab_size, 100 + s));
+
+  // Alone: each sequence prefilled in one step, then 6 greedy decode steps.
+  std::vector<std::vector<int32_t>> alone(n_seq);
+  std::vector<std::vector<float>> alone_first_logits(n_seq);
+  for (int s = 0; s < n_seq; ++s) {
+    KvSequenceBlocks kv;
+    std::vector<int32_t> tokens = prompts[s];
+    for (int step = 0; step < 7; ++step) {
+      StepSequence st{&kv, std::span<const int32_t>(tokens), 1};
+      ASSERT_TRUE(cache.reserve(kv, kv.length + int(tokens.size())));
+      model.forward(std::span(&st, 1));
+      std::vector<float> row(model.logits(0), model.logits(0) + model.vocab_local());
+      if (step == 0) alone_first_logits[s] = row;
+      tokens = {argmax(row)};
+      alone[s].push_back(tokens[0]);
+    }
+    cache.release(kv);
+  }
+
+  // Together: sequences join at different steps (continuous batching), prompts in chunks of 7.
+  std::vector<KvSequenceBlocks> kv(n_seq);
+  std::vector<std::vector<int32_t>> together(n_seq);
+  std::vector<size_t> prefilled(n_seq, 0);
+  std::vector<int32_t> next(n_seq, -1);
+  for (int step = 0; step < 40; ++step) {
+    std::vector<StepSequence> batch;
+    std::vector<int> who;
+    for (int s = 0; s < n_seq && s <= step; ++s) {
+      if (together[s].size() == 7) continue;
+      StepSequence st;
+      st.kv = &kv[s];
+      if (prefilled[s] < prompts[s].size()) {
+        const size_t n = std::min<size_t>(7, prompts[s].size() - prefilled[s]);
+        st.tokens = std::span<const int32_t>(prompts[s]).subspan(prefilled[s], n);
+        prefilled[s] += n;
+        st.logit_rows = prefilled[s] == prompts[s].size() ? 1 : 0;
+      } else {
+        st.tokens = std::span<const int32_t>(&next[s], 1);
+      }
+      ASSERT_TRUE(cache.reserve(kv[s], kv[s].length + int(st.tokens.size())));
+      batch.push_back(st);
+      who.push_back(s);
+    }
+    if (batch.empty()) break;
+    model.forward(batch);
+    int row = 0;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      if (batch[b].logit_rows == 0) continue;
+      const int s = who[b];
+      std::vector<float> logits(model.logits(row), model.logits(row) + model.vocab_local());
+      if (together[s].empty()) EXPECT_LE(max_abs_diff(alone_first_logits[s], logits.data()), 1e-5f) << "sequence " << s;
+      next[s] = argmax(logits);
+      together[s].push_back(next[s]);
+      ++row;
+    }
+  }
+  for (int s = 0; s < n_seq; ++s) {
+    EXPECT_EQ(together[s], alone[s]) << "sequence " << s;
+    cache.release(kv[s]);
+  }
+  EXPECT_EQ(cache.free_full_blocks(), free_full);
+  EXPECT_EQ(cache.free_sliding_blocks(), free_sliding);
+}
+
+TEST_P(FastForward, SlidingLayersKeepOnlyTheWindow) {
+  auto ckpt = Gemma4Checkpoint::open(checkpoint_dir());
+  const Gemma4Config& c = ckpt->config;
+  ThreadPool pool(1);
+  cpu::CpuOps ops(pool);
+  LocalCommunicator comm;
+  FastSequenceModel fast(*ckpt, ops, comm, 300, 8);
+  const auto ids = pseudo_random_ids(200, c.vocab_size, 8);
+  fast.forward(ids, false);
+  // After 200 tokens, only the blocks the next query can see remain (window + one partial block).
+  const int64_t window_blocks = (c.sliding_window + 15) / 16 + 1;
+  KvSequenceBlocks probe;
+  (void)probe;
+  EXPECT_EQ(fast.position(), 200);
+  EXPECT_LE(fast.model().cache().options().sliding_blocks - fast.model().cache().free_sliding_blocks(), window_blocks);
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, FastForward, ::testing::Values("golden", "tiny-e2b"),
+                         [](const auto& info) { return info.param == "golden" ? std::string("E4BLike") : std::string("E2BLike"); });
+
+TEST(FastForwardErrors, TooManyTokensOrUnreservedBlocks) {
+  auto ckpt = Gemma4Checkpoint::open(test::golden_tiny_checkpoint());
+  ThreadPool pool(1);
+  cpu::CpuOps ops(pool);
+  LocalCommunicator comm;
+  KvCache cache(ckpt->config, ckpt->weights, KvCache::plan(ckpt->config, ckpt->weights, 8 << 20, 2, 8, 16, KvDType::F32));
+  Gemma4Model model(ckpt->config, ckpt->weights, ops, comm, cache, 8, 2);
+  KvSequenceBlocks kv;
+  const auto ids = pseudo_random_ids(9, 512, 1);
+  StepSequence too_long{&kv, std::span<const int32_t>(ids), 1};
+  EXPECT_THROW(model.forward(std::span(&too_long, 1)), Error);
+  StepSequence unreserved{&kv, std::span<const int32_t>(ids).subspan(0, 4), 1};
+  EXPECT_THROW(model.forward(std::span(&unreserved, 1)), Error);
+}
+
+}  // namespace
+}  // namespace tandem
