@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "model/reference.h"
 #include "model/synth.h"
+#include "parallel/mpi_communicator.h"
 
 namespace tandem::cli {
 
@@ -69,6 +70,19 @@ void append_float(std::string& out, float value) {
   out.append(buf, end);
 }
 
+namespace {
+std::unique_ptr<Communicator> g_world;
+}  // namespace
+
+Communicator& world() {
+  if (!g_world) g_world = std::make_unique<LocalCommunicator>();
+  return *g_world;
+}
+
+void set_world(std::unique_ptr<Communicator> comm) { g_world = std::move(comm); }
+
+int default_threads() { return std::max(1, ThreadPool::default_threads() / local_rank_count()); }
+
 void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--model", o.model_dir, "Model folder (Hugging Face layout); default: the demo model");
   cmd.add_option("--backend", o.backend, "cpu (fast path) or reference (float32 reference)")
@@ -79,14 +93,19 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
 
 LoadedModel load_model(const ModelOptions& o, int max_context) {
   LoadedModel m;
-  m.checkpoint = Gemma4Checkpoint::open(resolve_model_dir(o.model_dir));
-  m.pool = std::make_unique<ThreadPool>(o.threads);
-  m.comm = std::make_unique<LocalCommunicator>();
+  Communicator& comm = world();
+  if (o.backend == "reference" && comm.size() > 1) fail("the reference backend runs on a single rank");
+  // Rank 0 may synthesize the demo model; the others wait for it.
+  std::string dir = comm.rank() == 0 ? resolve_model_dir(o.model_dir) : std::string();
+  comm.barrier();
+  if (comm.rank() != 0) dir = resolve_model_dir(o.model_dir);
+  m.checkpoint = Gemma4Checkpoint::open(dir, ShardPlan{comm.rank(), comm.size()});
+  m.pool = std::make_unique<ThreadPool>(o.threads > 0 ? o.threads : default_threads());
   if (o.backend == "reference") {
     m.model = std::make_unique<ReferenceModel>(m.checkpoint->config, m.checkpoint->weights, m.pool.get());
   } else {
     m.ops = std::make_unique<cpu::CpuOps>(*m.pool);
-    m.model = std::make_unique<FastSequenceModel>(*m.checkpoint, *m.ops, *m.comm, std::max(1, max_context), 256,
+    m.model = std::make_unique<FastSequenceModel>(*m.checkpoint, *m.ops, comm, std::max(1, max_context), 256,
                                                   o.kv_dtype == "bf16" ? KvDType::BF16 : KvDType::F32);
   }
   return m;

@@ -24,12 +24,17 @@ std::string resolve_model_dir(const std::string& model);
 // Appends a float so that it parses back to the same value.
 void append_float(std::string& out, float value);
 
+// The communicator of this process: MPI ranks under mpirun, else a single local rank.
+Communicator& world();
+void set_world(std::unique_ptr<Communicator> comm);
+// Default thread count: this machine's cores shared among the ranks running on it.
+int default_threads();
+
 // A checkpoint with one sequence model over it: the fast CPU path, or the float32 reference.
 struct LoadedModel {
   std::unique_ptr<Gemma4Checkpoint> checkpoint;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Ops> ops;
-  std::unique_ptr<Communicator> comm;
   std::unique_ptr<SequenceModel> model;
 };
 struct ModelOptions {

@@ -41,7 +41,7 @@ void generate(const GenerateOptions& o) {
       next = argmax(model.forward(step, false).back());
     }
   }
-  fmt::print("{{\"ids\": [{}]}}\n", fmt::join(generated, ", "));
+  if (world().rank() == 0) fmt::print("{{\"ids\": [{}]}}\n", fmt::join(generated, ", "));
 }
 
 }  // namespace

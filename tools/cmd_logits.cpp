@@ -27,7 +27,7 @@ void print_logits(const LogitsOptions& o) {
     out += ']';
   }
   out += "]}\n";
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  if (world().rank() == 0) std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 #include <cstdio>
 #include <exception>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "core/error.h"
+#include "parallel/mpi_communicator.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Tandem: inference engine and OpenAI-compatible server for Gemma 4"};
@@ -13,16 +15,24 @@ int main(int argc, char** argv) {
   tandem::cli::register_logits(app);
   tandem::cli::register_generate(app);
   tandem::cli::register_synth(app);
+  tandem::cli::register_chat_template(app);
+  tandem::cli::register_tokenize(app);
+  tandem::cli::register_bench(app);
+  // Under mpirun every rank runs the same command; a rank that fails ends the whole job, so no
+  // other rank waits forever in a collective.
+  auto fatal = [](const char* message) {
+    std::fprintf(stderr, "tandem: error: %s\n", message);
+    if (tandem::cli::world().size() > 1) tandem::cli::world().abort_job(1);
+    return 1;
+  };
   try {
+    tandem::cli::set_world(tandem::make_world_communicator(&argc, &argv));
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const tandem::Error& e) {
-    std::fprintf(stderr, "tandem: error: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tandem: error: %s\n", e.what());
-    return 1;
+    return fatal(e.what());
   }
+  tandem::cli::set_world(nullptr);  // MPI_Finalize before exit
   return 0;
 }

@@ -12,7 +12,7 @@ constexpr int kMaxLogitRows = 16;
 
 FastSequenceModel::FastSequenceModel(const Gemma4Checkpoint& ckpt, Ops& ops, Communicator& comm, int max_context,
                                      int chunk_tokens, KvDType kv_dtype)
-    : chunk_tokens_(chunk_tokens), max_context_(max_context) {
+    : chunk_tokens_(chunk_tokens), max_context_(max_context), comm_(comm) {
   const Gemma4Config& c = ckpt.config;
   if (max_context < 1) fail("the context must hold at least one token");
   KvCacheOptions o;
@@ -39,8 +39,18 @@ std::vector<std::vector<float>> FastSequenceModel::forward(std::span<const int32
     step.logit_rows = all_positions ? int(n) : (last_chunk ? 1 : 0);
     if (!cache_->reserve(blocks_, blocks_.length + int(n))) fail("KV cache exhausted");
     model_->forward(std::span(&step, 1));
-    for (int r = 0; r < model_->logit_rows(); ++r)
-      rows.emplace_back(model_->logits(r), model_->logits(r) + model_->vocab_local());
+    const int64_t local = model_->vocab_local();
+    const int ranks = comm_.size();
+    for (int r = 0; r < model_->logit_rows(); ++r) {
+      if (ranks == 1) {
+        rows.emplace_back(model_->logits(r), model_->logits(r) + local);
+        continue;
+      }
+      // Each rank holds an equal slice of the vocabulary, in rank order.
+      gathered_.resize(size_t(local) * size_t(ranks));
+      comm_.all_gather(model_->logits(r), gathered_.data(), size_t(local) * sizeof(float));
+      rows.emplace_back(gathered_.begin(), gathered_.end());
+    }
   }
   return rows;
 }

@@ -17,12 +17,11 @@ namespace tandem {
 class SequenceModel {
  public:
   virtual ~SequenceModel() = default;
-  // Runs `tokens` at the next positions; returns logits for every token, or only the last one.
-  // With tensor parallelism each row holds this rank's vocabulary slice (see vocab_first()).
+  // Runs `tokens` at the next positions; returns full-vocabulary logits for every token, or only
+  // the last one. With tensor parallelism this is a collective call, and every rank gets the rows.
   virtual std::vector<std::vector<float>> forward(std::span<const int32_t> tokens, bool all_positions) = 0;
   virtual void reset() = 0;
   virtual int position() const = 0;
-  virtual int64_t vocab_first() const { return 0; }
 };
 
 // The fast path for a single sequence: a KV cache sized for `max_context`, prompts run in chunks.
@@ -33,12 +32,13 @@ class FastSequenceModel final : public SequenceModel {
   std::vector<std::vector<float>> forward(std::span<const int32_t> tokens, bool all_positions) override;
   void reset() override;
   int position() const override { return blocks_.length; }
-  int64_t vocab_first() const override { return model_->vocab_first(); }
   Gemma4Model& model() { return *model_; }
 
  private:
   int chunk_tokens_;
   int max_context_;
+  Communicator& comm_;
+  std::vector<float> gathered_;
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<Gemma4Model> model_;
   KvSequenceBlocks blocks_;

@@ -25,6 +25,7 @@ struct Engine::Request {
   int max_tokens = 0;
   std::vector<int32_t> stop_tokens;
   std::function<void(const TokenEvent&)> on_event;
+  SamplingParams sampling;
   std::unique_ptr<Sampler> sampler;
   int generated = 0;
   bool finished = false;
@@ -103,6 +104,7 @@ uint64_t Engine::submit(GenerationRequest request) {
   r->max_tokens = max_tokens;
   r->stop_tokens = std::move(request.stop_tokens);
   r->on_event = std::move(request.on_event);
+  r->sampling = request.sampling;
   r->sampler = std::make_unique<Sampler>(request.sampling, r->seq.tokens);
   std::lock_guard lock(mutex_);
   if (stopping_) throw RequestRejected(RequestRejected::Kind::ShuttingDown, "the server is shutting down");
@@ -218,9 +220,21 @@ void Engine::fail_all(const std::string& error) {
 void Engine::step() {
   std::vector<ScheduledSequence*> planned = scheduler_->plan(waiting_, running_, released_, plan_);
   released_.clear();
+  // With tensor parallelism, each rank sends only its largest logits per row to sampling: enough
+  // for greedy (1), for top-k (k) and for the top log-probabilities; sampling without top-k looks
+  // at the best kWideCandidates per rank.
+  constexpr int kWideCandidates = 1024;
+  for (size_t i = 0; i < planned.size(); ++i) {
+    if (plan_.sequences[i].logit_rows == 0) continue;
+    const SamplingParams& p = requests_.at(planned[i]->id)->sampling;
+    const int wanted = p.greedy() ? 1 : (p.top_k > 0 ? p.top_k : kWideCandidates);
+    plan_.candidates = std::max({plan_.candidates, wanted, p.logprobs ? p.top_logprobs : 0});
+    if (p.logprobs) plan_.need_log_normalizers = 1;
+  }
   if (comm_.size() > 1) broadcast_plan(comm_, plan_);
   worker_->execute(plan_);
-  const std::span<const float> full = worker_->full_logits();
+  const std::span<const float> full = worker_->full_logits(plan_.candidates, plan_.need_log_normalizers != 0);
+  const std::span<const double> normalizers = worker_->log_normalizers();
   ++stat_steps_;
 
   int row = 0;
@@ -230,8 +244,10 @@ void Engine::step() {
     Request& r = *requests_.at(seq->id);
     std::copy(full.begin() + int64_t(row) * vocab_size_, full.begin() + int64_t(row + 1) * vocab_size_,
               logits_row_.begin());
+    const std::optional<double> normalizer =
+        plan_.need_log_normalizers ? std::optional<double>(normalizers[size_t(row)]) : std::nullopt;
     ++row;
-    const SampledToken t = r.sampler->sample(logits_row_);
+    const SampledToken t = r.sampler->sample(logits_row_, normalizer);
     if (r.generated == 0) stat_prompt_ += uint64_t(r.prompt_tokens);
     if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), t.token) != r.stop_tokens.end()) {
       finish(r, FinishReason::Stop, t.token);
@@ -266,7 +282,7 @@ void run_follower(const Gemma4Checkpoint& checkpoint, Ops& ops, Communicator& co
     StepPlan plan = receive_plan(comm);
     if (plan.command == StepPlan::Shutdown) return;
     worker.execute(plan);
-    worker.full_logits();
+    worker.full_logits(plan.candidates, plan.need_log_normalizers != 0);
   }
 }
 

@@ -43,11 +43,11 @@ void Sampler::apply_penalties(std::span<float> logits) const {
   }
 }
 
-SampledToken Sampler::sample(std::span<float> logits) {
+SampledToken Sampler::sample(std::span<float> logits, std::optional<double> given_normalizer) {
   SampledToken out;
   // Log-probabilities describe the model's own distribution, before penalties and warpers.
   double normalizer = 0.0;
-  if (params_.logprobs) normalizer = log_normalizer(logits);
+  if (params_.logprobs) normalizer = given_normalizer ? *given_normalizer : log_normalizer(logits);
   if (params_.logprobs && params_.top_logprobs > 0) {
     const size_t k = std::min(size_t(params_.top_logprobs), logits.size());
     order_.resize(logits.size());

@@ -41,8 +41,10 @@ class Sampler {
  public:
   Sampler(const SamplingParams& params, std::span<const int32_t> prompt);
 
-  // `logits` is the full vocabulary row (it is modified in place). Records the token it returns.
-  SampledToken sample(std::span<float> logits);
+  // `logits` is the full vocabulary row (it is modified in place); entries of -inf are tokens that
+  // can't be chosen. `log_normalizer` (log-sum-exp of the model's logits) is computed from the row
+  // when not given. Records the token it returns.
+  SampledToken sample(std::span<float> logits, std::optional<double> log_normalizer = std::nullopt);
 
  private:
   void apply_penalties(std::span<float> logits) const;

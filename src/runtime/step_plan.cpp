@@ -33,14 +33,18 @@ void get(const uint8_t*& p, const uint8_t* end, std::vector<T>& items) {
 
 void StepPlan::clear() {
   command = Run;
+  candidates = 0;
+  need_log_normalizers = 0;
   kv_ops.clear();
   sequences.clear();
   tokens.clear();
 }
 
 std::vector<uint8_t> StepPlan::serialize() const {
-  std::vector<uint8_t> out(sizeof(int32_t));
+  std::vector<uint8_t> out(3 * sizeof(int32_t));
   std::memcpy(out.data(), &command, sizeof(int32_t));
+  std::memcpy(out.data() + sizeof(int32_t), &candidates, sizeof(int32_t));
+  std::memcpy(out.data() + 2 * sizeof(int32_t), &need_log_normalizers, sizeof(int32_t));
   put(out, kv_ops);
   put(out, sequences);
   put(out, tokens);
@@ -51,9 +55,11 @@ StepPlan StepPlan::deserialize(const uint8_t* data, size_t size) {
   StepPlan plan;
   const uint8_t* p = data;
   const uint8_t* end = data + size;
-  if (size < sizeof(int32_t)) fail("step plan truncated");
+  if (size < 3 * sizeof(int32_t)) fail("step plan truncated");
   std::memcpy(&plan.command, p, sizeof(int32_t));
-  p += sizeof(int32_t);
+  std::memcpy(&plan.candidates, p + sizeof(int32_t), sizeof(int32_t));
+  std::memcpy(&plan.need_log_normalizers, p + 2 * sizeof(int32_t), sizeof(int32_t));
+  p += 3 * sizeof(int32_t);
   get(p, end, plan.kv_ops);
   get(p, end, plan.sequences);
   get(p, end, plan.tokens);

@@ -26,6 +26,9 @@ struct PlannedSequence {
 struct StepPlan {
   enum Command : int32_t { Run = 0, Shutdown = 1 };
   Command command = Run;
+  // With tensor parallelism: how many top logits per row each rank contributes to sampling.
+  int32_t candidates = 0;
+  int32_t need_log_normalizers = 0;  // some request of this step wants logprobs
   std::vector<KvOp> kv_ops;
   std::vector<PlannedSequence> sequences;
   std::vector<int32_t> tokens;

@@ -1,6 +1,9 @@
 #include "runtime/worker.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
 
 #include "core/error.h"
 
@@ -41,20 +44,81 @@ void Worker::execute(const StepPlan& plan) {
 
 namespace tandem {
 
-std::span<const float> Worker::full_logits() {
+namespace {
+
+struct Candidate {
+  int32_t id;
+  float logit;
+};
+
+double log_sum_exp(const float* x, int64_t n, float* max_out) {
+  const float max = *std::max_element(x, x + n);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(x[i]) - max);
+  *max_out = max;
+  return sum;
+}
+
+}  // namespace
+
+std::span<const float> Worker::full_logits(int candidates, bool with_normalizers) {
   const int rows = model_->logit_rows();
   const int64_t local = model_->vocab_local();
-  if (comm_.size() == 1) return {model_->logits(0), size_t(rows) * size_t(local)};
-  // Every rank holds an equal slice of the vocabulary (ShardPlan checks it divides evenly).
   const int ranks = comm_.size();
-  gathered_.resize(size_t(rows) * size_t(local) * size_t(ranks));
-  full_.resize(size_t(rows) * size_t(local) * size_t(ranks));
-  if (rows == 0) return {};
-  comm_.all_gather(model_->logits(0), gathered_.data(), size_t(rows) * size_t(local) * sizeof(float));
-  for (int k = 0; k < ranks; ++k)
-    for (int r = 0; r < rows; ++r)
-      std::copy_n(gathered_.data() + (size_t(k) * rows + size_t(r)) * size_t(local), local,
-                  full_.data() + size_t(r) * size_t(local) * ranks + size_t(k) * size_t(local));
+  normalizers_.assign(size_t(rows), 0.0);
+  if (ranks == 1) {
+    for (int r = 0; r < rows && with_normalizers; ++r) {
+      float max;
+      const double sum = log_sum_exp(model_->logits(r), local, &max);
+      normalizers_[size_t(r)] = max + std::log(sum);
+    }
+    return {model_->logits(0), size_t(rows) * size_t(local)};
+  }
+  // Per row and rank: [max, sum of exp(logit - max)] as two doubles, then `c` candidates.
+  const int c = int(std::clamp<int64_t>(candidates, 1, local));
+  const size_t row_bytes = 2 * sizeof(double) + size_t(c) * sizeof(Candidate);
+  packed_.resize(size_t(rows) * row_bytes);
+  order_.resize(size_t(local));
+  for (int r = 0; r < rows; ++r) {
+    const float* logits = model_->logits(r);
+    float max = *std::max_element(logits, logits + local);
+    const double sum = with_normalizers ? log_sum_exp(logits, local, &max) : 1.0;
+    const double stats[2] = {max, sum};
+    uint8_t* out = packed_.data() + size_t(r) * row_bytes;
+    std::memcpy(out, stats, sizeof stats);
+    std::iota(order_.begin(), order_.end(), 0);
+    std::partial_sort(order_.begin(), order_.begin() + c, order_.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    for (int i = 0; i < c; ++i) {
+      const Candidate cand{int32_t(model_->vocab_first() + order_[size_t(i)]), logits[order_[size_t(i)]]};
+      std::memcpy(out + 2 * sizeof(double) + size_t(i) * sizeof(Candidate), &cand, sizeof cand);
+    }
+  }
+  gathered_.resize(packed_.size() * size_t(ranks));
+  if (rows > 0) comm_.all_gather(packed_.data(), gathered_.data(), packed_.size());
+  const int64_t vocab = local * ranks;
+  full_.assign(size_t(rows) * size_t(vocab), -INFINITY);
+  for (int r = 0; r < rows; ++r) {
+    double global_max = -INFINITY;
+    for (int k = 0; k < ranks; ++k) {
+      double m;
+      std::memcpy(&m, gathered_.data() + size_t(k) * packed_.size() + size_t(r) * row_bytes, sizeof m);
+      global_max = std::max(global_max, m);
+    }
+    double sum = 0.0;
+    for (int k = 0; k < ranks; ++k) {
+      const uint8_t* in = gathered_.data() + size_t(k) * packed_.size() + size_t(r) * row_bytes;
+      double stats[2];
+      std::memcpy(stats, in, sizeof stats);
+      sum += stats[1] * std::exp(stats[0] - global_max);
+      for (int i = 0; i < c; ++i) {
+        Candidate cand;
+        std::memcpy(&cand, in + 2 * sizeof(double) + size_t(i) * sizeof(Candidate), sizeof cand);
+        full_[size_t(r) * size_t(vocab) + size_t(cand.id)] = cand.logit;
+      }
+    }
+    normalizers_[size_t(r)] = global_max + std::log(sum);
+  }
   return full_;
 }
 

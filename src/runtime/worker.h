@@ -29,9 +29,14 @@ class Worker {
   // reservations against the free blocks, so a failure here is a bug, reported as an Error.
   void execute(const StepPlan& plan);
 
-  // The logits of the last step as full vocabulary rows, in plan order. With tensor parallelism
-  // this is a collective: every rank must call it after execute().
-  std::span<const float> full_logits();
+  // The logits of the last step as full vocabulary rows, in plan order, and each row's log
+  // normalizer (log-sum-exp over the whole vocabulary). With tensor parallelism this is a
+  // collective that every rank calls after execute(): each rank contributes only its `candidates`
+  // largest logits per row and its partial normalizer, and the other entries of the rows are
+  // -inf (see docs/parallel.md for what that means for sampling).
+  // Normalizers are computed only when `with_normalizers` is set (they cost a pass over the row).
+  std::span<const float> full_logits(int candidates, bool with_normalizers);
+  std::span<const double> log_normalizers() const { return normalizers_; }
 
   const Gemma4Model& model() const { return *model_; }
   const KvCache& cache() const { return *cache_; }
@@ -45,7 +50,10 @@ class Worker {
   std::vector<KvSequenceBlocks> slots_;
   std::vector<StepSequence> batch_;
   Communicator& comm_;
-  std::vector<float> gathered_, full_;
+  std::vector<float> full_;
+  std::vector<double> normalizers_;
+  std::vector<uint8_t> packed_, gathered_;
+  std::vector<int32_t> order_;
 };
 
 }  // namespace tandem

@@ -1,0 +1,174 @@
+// tandem bench: prefill and decode speed on one process (or one TP job), with the DRAM read
+// bandwidth measured in the same run, so decode speed can be stated as a fraction of the
+// memory roofline (weights streamed per token / bandwidth).
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "core/error.h"
+#include "core/memory_bandwidth.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "model/gemma4.h"
+#include "model/kv_cache.h"
+#include "parallel/timed_communicator.h"
+
+namespace tandem::cli {
+
+namespace {
+
+struct BenchOptions {
+  ModelOptions model;
+  int prompt = 512;
+  int gen = 128;
+  int batch = 8;
+  bool json = false;
+};
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+std::vector<int32_t> bench_prompt(int n, int vocab, uint32_t seed) {
+  std::vector<int32_t> ids = {2};
+  for (int i = 1; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    ids.push_back(int32_t(1000 + (seed >> 8) % uint32_t(std::max(1, vocab - 1000))));
+  }
+  return ids;
+}
+
+int32_t argmax(const float* row, int64_t n) { return int32_t(std::max_element(row, row + n) - row); }
+
+void bench(const BenchOptions& o) {
+  if (o.prompt < 1 || o.gen < 1 || o.batch < 1) fail("--prompt, --gen and --batch must be positive");
+  Communicator& comm = world();
+  TimedCommunicator timed(comm);
+  auto ckpt = Gemma4Checkpoint::open(resolve_model_dir(o.model.model_dir), ShardPlan{comm.rank(), comm.size()});
+  const Gemma4Config& c = ckpt->config;
+  ThreadPool pool(o.model.threads > 0 ? o.model.threads : default_threads());
+  cpu::CpuOps ops(pool);
+
+  // Bandwidth first, with every rank on this machine reading at once, as they do when decoding.
+  comm.barrier();
+  const double read_bw = measure_read_bandwidth_gb_s(pool, size_t(1) << 30, 3);
+  comm.barrier();
+
+  const int step_tokens = std::max(o.prompt, o.batch);
+  KvCacheOptions kv;
+  kv.block_size = 16;
+  kv.dtype = o.model.kv_dtype == "bf16" ? KvDType::BF16 : KvDType::F32;
+  kv.full_blocks = int64_t(o.batch) * ((o.prompt + o.gen + 15) / 16 + 1);
+  kv.sliding_blocks = int64_t(o.batch) * KvCache::sliding_blocks_per_sequence(c, 16, step_tokens);
+  KvCache cache(c, ckpt->weights, kv);
+  Gemma4Model model(c, ckpt->weights, ops, timed, cache, step_tokens, o.batch);
+  const int64_t vocab_local = model.vocab_local();
+
+  auto run = [&](std::vector<KvSequenceBlocks>& seqs, std::vector<std::vector<int32_t>>& tokens) {
+    std::vector<StepSequence> batch(seqs.size());
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      if (!cache.reserve(seqs[s], seqs[s].length + int(tokens[s].size()))) fail("bench KV cache too small");
+      batch[s] = {&seqs[s], tokens[s], 1};
+    }
+    model.forward(batch);
+    // Local argmax is enough to keep decoding: the bench measures speed, not text.
+    for (size_t s = 0; s < seqs.size(); ++s) tokens[s] = {argmax(model.logits(int(s)), vocab_local)};
+  };
+
+  // Warm-up: page every weight in (the first touch of an mmapped checkpoint reads the disk).
+  {
+    std::vector<KvSequenceBlocks> seqs(1);
+    std::vector<std::vector<int32_t>> tokens = {bench_prompt(16, c.vocab_size, 1)};
+    for (int i = 0; i < 3; ++i) run(seqs, tokens);
+    cache.release(seqs[0]);
+  }
+
+  // Single sequence: one prefill of --prompt tokens, then --gen decode steps.
+  std::vector<KvSequenceBlocks> seqs(1);
+  std::vector<std::vector<int32_t>> tokens = {bench_prompt(o.prompt, c.vocab_size, 2)};
+  comm.barrier();
+  double t0 = now();
+  run(seqs, tokens);
+  const double ttft = now() - t0;
+  timed.reset();
+  t0 = now();
+  for (int i = 1; i < o.gen; ++i) run(seqs, tokens);
+  const double decode_s = now() - t0;
+  const double comm_per_token = timed.seconds() / std::max(1, o.gen - 1);
+  cache.release(seqs[0]);
+  const double decode_tok_s = (o.gen - 1) / decode_s;
+
+  // Batched decode: --batch sequences step together, weights read once per step for all.
+  std::vector<KvSequenceBlocks> many(size_t(o.batch));
+  std::vector<std::vector<int32_t>> many_tokens;
+  for (int s = 0; s < o.batch; ++s) many_tokens.push_back(bench_prompt(32, c.vocab_size, 10 + uint32_t(s)));
+  run(many, many_tokens);
+  const int batch_steps = std::max(4, o.gen / 4);
+  t0 = now();
+  for (int i = 0; i < batch_steps; ++i) run(many, many_tokens);
+  const double batch_tok_s = double(batch_steps) * o.batch / (now() - t0);
+  for (auto& s : many) cache.release(s);
+
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double peak_rss = double(usage.ru_maxrss) * 1024.0;
+  const double bytes_per_token = double(ckpt->weights.streamed_bytes_per_token());
+  // Every rank streams its share at the same time: the job's rate is the sum over ranks.
+  std::vector<float> per_rank(size_t(comm.size()), 0.0f);
+  per_rank[size_t(comm.rank())] = float(bytes_per_token);
+  comm.all_reduce_sum(per_rank.data(), per_rank.size());
+  double job_bytes_per_token = 0;
+  for (float b : per_rank) job_bytes_per_token += double(b);
+  const double roofline = decode_tok_s * job_bytes_per_token / (read_bw * 1e9);
+
+  if (comm.rank() != 0) return;
+  if (o.json) {
+    nlohmann::ordered_json j = {
+        {"prefill_tok_s", o.prompt / ttft},
+        {"decode_tok_s", decode_tok_s},
+        {"ttft_s", ttft},
+        {"peak_rss_bytes", peak_rss},
+        {"weight_bytes_per_token", job_bytes_per_token},
+        {"read_bw_gb_s", read_bw},
+        {"roofline", roofline},
+        {"batch", o.batch},
+        {"batch_decode_tok_s", batch_tok_s},
+        {"ranks", comm.size()},
+        {"threads_per_rank", pool.size()},
+        {"comm_s_per_token", comm_per_token},
+        {"isa", std::string(isa_name(ops.kernels().isa))},
+        {"weights", std::string(weight_format_name(ckpt->weights.layers[0].gate_proj.format))},
+    };
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("model           {} ({} weights, {} ranks x {} threads, {})\n", ckpt->dir,
+             weight_format_name(ckpt->weights.layers[0].gate_proj.format), comm.size(), pool.size(),
+             isa_name(ops.kernels().isa));
+  fmt::print("prefill         {:.1f} tok/s ({} tokens, time to first token {:.3f} s)\n", o.prompt / ttft, o.prompt, ttft);
+  fmt::print("decode          {:.2f} tok/s ({} tokens)\n", decode_tok_s, o.gen);
+  fmt::print("batched decode  {:.2f} tok/s aggregate ({} sequences, {:.2f}x single)\n", batch_tok_s, o.batch,
+             batch_tok_s / decode_tok_s);
+  fmt::print("weights/token   {:.3f} GB streamed\n", job_bytes_per_token / 1e9);
+  fmt::print("read bandwidth  {:.1f} GB/s (measured now)\n", read_bw);
+  fmt::print("roofline        {:.2f} (decode bytes/s over read bandwidth)\n", roofline);
+  fmt::print("peak RSS        {:.2f} GB (rank 0)\n", peak_rss / 1e9);
+  if (comm.size() > 1) fmt::print("communication   {:.2f} ms per decoded token\n", comm_per_token * 1e3);
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against the memory-bandwidth roofline");
+  auto o = std::make_shared<BenchOptions>();
+  add_model_options(*cmd, o->model);
+  cmd->add_option("--prompt", o->prompt, "Prompt tokens to prefill")->default_val(512);
+  cmd->add_option("--gen", o->gen, "Tokens to decode")->default_val(128);
+  cmd->add_option("--batch", o->batch, "Sequences in the batched-decode run")->default_val(8);
+  cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->callback([o] { bench(*o); });
+}
+
+}  // namespace tandem::cli
