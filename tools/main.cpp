@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   tandem::cli::register_logits(app);
   tandem::cli::register_generate(app);
   tandem::cli::register_synth(app);
+  tandem::cli::register_quantize(app);
   tandem::cli::register_chat_template(app);
   tandem::cli::register_tokenize(app);
   tandem::cli::register_bench(app);

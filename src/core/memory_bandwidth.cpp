@@ -16,23 +16,40 @@ namespace tandem {
 
 namespace {
 
-// Eight independent accumulators keep enough loads in flight to saturate DRAM from one core; the
-// sum is returned so that the loads cannot be optimized away.
+// A core reads DRAM fastest with several streams in flight (one stream leaves the line-fill
+// buffers partly idle), as the matmul kernels read several weight rows at once; so each thread
+// reads 4 equal parts of its share side by side, one cache line of each per step (measured on Zen 5:
+// 1 stream 25 GB/s, 2-4 streams 28, 8 streams 22). The sum is
+// returned so that the loads cannot be optimized away.
+constexpr int kStreams = 4;
+
 __attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, size_t bytes) {
-  __m256i acc[8];
+  const size_t part = bytes / kStreams / 64 * 64;
+  __m256i acc[kStreams];
   for (auto& a : acc) a = _mm256_setzero_si256();
-  for (size_t i = 0; i + 256 <= bytes; i += 256)
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_add_epi64(acc[j], _mm256_load_si256((const __m256i*)(p + i + 32 * j)));
-  for (int j = 1; j < 8; ++j) acc[0] = _mm256_add_epi64(acc[0], acc[j]);
+  for (size_t i = 0; i < part; i += 64)
+    for (int j = 0; j < kStreams; ++j) {
+      const uint8_t* q = p + size_t(j) * part + i;
+      acc[j] = _mm256_add_epi64(acc[j], _mm256_add_epi64(_mm256_load_si256((const __m256i*)q),
+                                                         _mm256_load_si256((const __m256i*)(q + 32))));
+    }
+  for (int j = 1; j < kStreams; ++j) acc[0] = _mm256_add_epi64(acc[0], acc[j]);
   return uint64_t(_mm256_extract_epi64(acc[0], 0));
 }
 
 uint64_t read_sse2(const uint8_t* p, size_t bytes) {
-  __m128i acc[8];
+  const size_t part = bytes / kStreams / 64 * 64;
+  __m128i acc[kStreams];
   for (auto& a : acc) a = _mm_setzero_si128();
-  for (size_t i = 0; i + 128 <= bytes; i += 128)
-    for (int j = 0; j < 8; ++j) acc[j] = _mm_add_epi64(acc[j], _mm_load_si128((const __m128i*)(p + i + 16 * j)));
-  for (int j = 1; j < 8; ++j) acc[0] = _mm_add_epi64(acc[0], acc[j]);
+  for (size_t i = 0; i < part; i += 64)
+    for (int j = 0; j < kStreams; ++j) {
+      const uint8_t* q = p + size_t(j) * part + i;
+      const __m128i a = _mm_add_epi64(_mm_load_si128((const __m128i*)q), _mm_load_si128((const __m128i*)(q + 16)));
+      const __m128i b =
+          _mm_add_epi64(_mm_load_si128((const __m128i*)(q + 32)), _mm_load_si128((const __m128i*)(q + 48)));
+      acc[j] = _mm_add_epi64(acc[j], _mm_add_epi64(a, b));
+    }
+  for (int j = 1; j < kStreams; ++j) acc[0] = _mm_add_epi64(acc[0], acc[j]);
   return uint64_t(_mm_cvtsi128_si64(acc[0]));
 }
 

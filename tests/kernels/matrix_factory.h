@@ -1,6 +1,7 @@
 #pragma once
 // Random weight matrices in every format for the kernel tests, owning their bytes, with optional
 // padded rows and column/row slices, plus the references the SIMD kernels are held to.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>

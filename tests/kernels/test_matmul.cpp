@@ -34,9 +34,9 @@ void check_matmul_rows(const KernelTable& k, const WeightMatrix& w, int64_t n, i
                        const std::string& what) {
   const int64_t x_stride = w.cols + 3, y_stride = w.rows + 5;
   const std::vector<float> x = random_vector(size_t(n * x_stride), rng);
-  std::vector<float> y(size_t(n * y_stride), kSentinel);
+  std::vector<float> y(static_cast<size_t>(n * y_stride), kSentinel);
   k.matmul_rows(w, r0, r1, x.data(), x_stride, n, y.data(), y_stride);
-  std::vector<float> row(size_t(w.cols));
+  std::vector<float> row(static_cast<size_t>(w.cols));
   int failures = 0;
   for (int64_t r = 0; r < w.rows; ++r) {
     w.row_to_float(r, row.data());

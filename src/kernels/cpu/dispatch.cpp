@@ -62,9 +62,9 @@ const KernelTable& active_kernels() { return kernels_for(active_isa()); }
 void detail::quantize_then_matmul_rows(const KernelTable& k, const WeightMatrix& w, int64_t r0, int64_t r1,
                                        const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
   if (r0 >= r1 || n <= 0) return;
-  const int64_t stride = k.quantized_activation_stride(w.format, w.cols);
+  const int64_t stride = k.quantized_activation_stride(w.format, w.cols, n);
   uint8_t* xq = t_rows_scratch.get(size_t(stride * n));
-  k.quantize_activations(w.format, w.cols, x, x_stride, n, xq, stride);
+  k.quantize_activations(w.format, w.cols, n, x, x_stride, 0, n, xq, stride);
   k.matmul_rows_quantized(w, r0, r1, xq, stride, n, y, y_stride);
 }
 
@@ -78,14 +78,14 @@ void matmul(ThreadPool& pool, const KernelTable& k, const WeightMatrix& w, const
                       kRowGrain);
     return;
   }
-  const int64_t stride = k.quantized_activation_stride(w.format, w.cols);
+  const int64_t stride = k.quantized_activation_stride(w.format, w.cols, n);
   uint8_t* xq = t_matmul_scratch.get(size_t(stride * n));
   if (parallel && n >= kMinParallelQuantize) {
     pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
-      k.quantize_activations(w.format, w.cols, x + i0 * x_stride, x_stride, i1 - i0, xq + i0 * stride, stride);
+      k.quantize_activations(w.format, w.cols, n, x, x_stride, i0, i1 - i0, xq, stride);
     });
   } else {
-    k.quantize_activations(w.format, w.cols, x, x_stride, n, xq, stride);
+    k.quantize_activations(w.format, w.cols, n, x, x_stride, 0, n, xq, stride);
   }
   if (!parallel) return k.matmul_rows_quantized(w, 0, w.rows, xq, stride, n, y, y_stride);
   pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) { k.matmul_rows_quantized(w, r0, r1, xq, stride, n, y, y_stride); },

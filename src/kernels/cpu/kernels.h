@@ -36,12 +36,14 @@ struct KernelTable {
   // matmul_rows does both steps itself for Q8/Q4. All three are nullptr in the scalar table, whose
   // matmul_rows multiplies the float activations by the exactly dequantized weights.
   //
-  // Bytes one token takes in the quantized layout (a multiple of 64).
-  int64_t (*quantized_activation_stride)(WeightFormat format, int64_t cols);
-  // Quantizes n rows of x (cols values each) into out (64-byte aligned), row i at out + i * out_stride.
-  void (*quantize_activations)(WeightFormat format, int64_t cols, const float* x, int64_t x_stride, int64_t n,
-                               uint8_t* out, int64_t out_stride);
-  // matmul_rows for Q8/Q4 weights on activations from quantize_activations (same table, w.cols).
+  // The layout may depend on n, the number of tokens of the matmul (decode and prefill kernels
+  // want different ones). Bytes one token takes in it (a multiple of 64):
+  int64_t (*quantized_activation_stride)(WeightFormat format, int64_t cols, int64_t n);
+  // Quantizes tokens [first, first + count) of the n rows of x (cols values each, row i at
+  // x + i * x_stride) into out (64-byte aligned, token i at out + i * out_stride).
+  void (*quantize_activations)(WeightFormat format, int64_t cols, int64_t n, const float* x, int64_t x_stride,
+                               int64_t first, int64_t count, uint8_t* out, int64_t out_stride);
+  // matmul_rows for Q8/Q4 weights on all n tokens from quantize_activations (same table, w.cols, n).
   void (*matmul_rows_quantized)(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
                                 int64_t xq_stride, int64_t n, float* y, int64_t y_stride);
 };

@@ -12,7 +12,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
-// GCC 12 flags the intrinsic headers\' own _mm512_undefined_*() placeholders as uninitialized.
+// GCC 12 flags the intrinsic headers' own _mm512_undefined_*() placeholders as uninitialized.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -67,7 +67,7 @@ struct Widen<WeightFormat::BF16> {
 template <WeightFormat F, int R, int T>
 struct FloatTile {
   static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
-                  float* y, int64_t y_stride, bool accumulate) {
+                  float* y, int64_t y_stride, bool accumulate, bool prefetch_next) {
     using L = Widen<F>;
     const uint8_t* wp[R];
     for (int r = 0; r < R; ++r) wp[r] = w.data + (row + r) * w.row_stride + k0 * L::kBytes;
@@ -80,6 +80,8 @@ struct FloatTile {
     int64_t c = 0;
     for (; c + 8 <= len; c += 8) {
       __m256 wv[R];
+      if (prefetch_next && (c * L::kBytes) % 64 == 0)  // warm the next row tile (see matmul_avx512_vnni.cpp)
+        for (int r = 0; r < R; ++r) _mm_prefetch((const char*)wp[r] + R * w.row_stride + c * L::kBytes, _MM_HINT_T0);
       for (int r = 0; r < R; ++r) wv[r] = L::full(wp[r] + c * L::kBytes);
       for (int t = 0; t < T; ++t) {
         const __m256 xv = _mm256_loadu_ps(xp[t] + c);

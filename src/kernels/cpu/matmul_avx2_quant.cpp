@@ -105,6 +105,15 @@ float weight_scale(const uint8_t* scales, int64_t block) {
   return _cvtsh_ss(h);
 }
 
+// Decode: warm the next row tile's bytes and scales (see matmul_avx512_vnni.cpp).
+void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T0); }
+
+template <int R>
+void prefetch_next_scales(const WeightMatrix& w, const uint8_t* const (&sp)[R]) {
+  for (int r = 0; r < R; ++r)
+    for (int64_t b = 0; b < w.scale_stride; b += 64) prefetch(sp[r] + R * w.scale_stride + b);
+}
+
 template <int R, int T>
 void store_tile(__m256 (&acc)[R][T], int64_t row, float* y, int64_t y_stride, bool accumulate) {
   for (int t = 0; t < T; ++t) {
@@ -119,7 +128,7 @@ void store_tile(__m256 (&acc)[R][T], int64_t row, float* y, int64_t y_stride, bo
 template <int R, int T>
 struct Q8Tile {
   static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
-                  float* y, int64_t y_stride, bool accumulate) {
+                  float* y, int64_t y_stride, bool accumulate, bool prefetch_next) {
     const uint8_t* wp[R];
     const uint8_t* sp[R];
     for (int r = 0; r < R; ++r) {
@@ -131,12 +140,14 @@ struct Q8Tile {
     __m256 acc[R][T];
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    if (prefetch_next) prefetch_next_scales<R>(w, sp);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t c = k0; c < k1; c += kQuantBlock) {
       const int64_t blk = c / kQuantBlock;
       __m256i wv[R], aw[R];
       float dw[R];
       for (int r = 0; r < R; ++r) {
+        if (prefetch_next && c % 64 == 0) prefetch(wp[r] + R * w.row_stride + c);
         wv[r] = _mm256_loadu_si256((const __m256i*)(wp[r] + c));
         aw[r] = _mm256_abs_epi8(wv[r]);
         dw[r] = weight_scale(sp[r], blk);
@@ -157,7 +168,7 @@ struct Q8Tile {
 template <int R, int T>
 struct Q4Tile {
   static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
-                  float* y, int64_t y_stride, bool accumulate) {
+                  float* y, int64_t y_stride, bool accumulate, bool prefetch_next) {
     const uint8_t* wp[R];
     const uint8_t* sp[R];
     for (int r = 0; r < R; ++r) {
@@ -176,6 +187,7 @@ struct Q4Tile {
       __m256i wv[R];
       float dw[R];
       for (int r = 0; r < R; ++r) {
+        if (prefetch_next && c % 128 == 0) prefetch(wp[r] + R * w.row_stride + c / 2);
         const __m128i v = _mm_loadu_si128((const __m128i*)(wp[r] + c / 2));
         wv[r] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), nibble), _mm_and_si128(v, nibble));
         dw[r] = weight_scale(sp[r], blk);
@@ -195,13 +207,14 @@ struct Q4Tile {
   }
 };
 
+template <int R, int T>
 TileSet make_tiles(WeightFormat format) {
   TileSet set;
   if (format == WeightFormat::Q4) {
-    fill_tiles<Q4Tile, 2, 3>(set);
+    fill_tiles<Q4Tile, R, T>(set);
     set.x_bytes_per_col = 2;
   } else {
-    fill_tiles<Q8Tile, 2, 3>(set);
+    fill_tiles<Q8Tile, R, T>(set);
     set.x_bytes_per_col = 1;
   }
   set.k_align = kQuantBlock;
@@ -210,15 +223,15 @@ TileSet make_tiles(WeightFormat format) {
 
 }  // namespace
 
-int64_t avx2_activation_stride(WeightFormat format, int64_t cols) {
+int64_t avx2_activation_stride(WeightFormat format, int64_t cols, int64_t) {
   const int64_t scales = cols / kQuantBlock * 4;
   return format == WeightFormat::Q4 ? round_up_64(q4_scales_offset(cols) + scales)
                                     : round_up_64(q8_scales_offset(cols) + scales);
 }
 
-void avx2_quantize_activations(WeightFormat format, int64_t cols, const float* x, int64_t x_stride, int64_t n,
-                               uint8_t* out, int64_t out_stride) {
-  for (int64_t i = 0; i < n; ++i) {
+void avx2_quantize_activations(WeightFormat format, int64_t cols, int64_t, const float* x, int64_t x_stride,
+                               int64_t first, int64_t count, uint8_t* out, int64_t out_stride) {
+  for (int64_t i = first; i < first + count; ++i) {
     if (format == WeightFormat::Q4)
       quantize_token_q4(cols, x + i * x_stride, out + i * out_stride);
     else
@@ -228,8 +241,14 @@ void avx2_quantize_activations(WeightFormat format, int64_t cols, const float* x
 
 void avx2_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride,
                                 int64_t n, float* y, int64_t y_stride) {
-  static const TileSet q8 = make_tiles(WeightFormat::Q8);
-  static const TileSet q4 = make_tiles(WeightFormat::Q4);
+  // 2 x 3 tiles fit the 16 ymm registers; one token streams 4 rows at once instead, for more
+  // cache lines in flight (see matmul_avx512_vnni.cpp).
+  static const TileSet q8 = make_tiles<2, 3>(WeightFormat::Q8);
+  static const TileSet q4 = make_tiles<2, 3>(WeightFormat::Q4);
+  static const TileSet q8_decode = make_tiles<4, 1>(WeightFormat::Q8);
+  static const TileSet q4_decode = make_tiles<4, 1>(WeightFormat::Q4);
+  if (n == 1)
+    return tiled_matmul(w.format == WeightFormat::Q4 ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
   tiled_matmul(w.format == WeightFormat::Q4 ? q4 : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
 }
 

@@ -24,7 +24,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
-// GCC 12 flags the intrinsic headers\' own _mm512_undefined_*() placeholders as uninitialized.
+// GCC 12 flags the intrinsic headers' own _mm512_undefined_*() placeholders as uninitialized.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -35,6 +35,10 @@ namespace {
 
 constexpr int64_t kQ8Group = 64, kQ8GroupBytes = 192;
 constexpr int64_t kQ4Group = 128, kQ4GroupBytes = 256;
+
+// From this many tokens on, packing weight panels (matmul_avx512_vnni_panel.cpp) pays for itself.
+constexpr int64_t kPanelMinTokens = 16;
+bool use_panel(int64_t n) { return n >= kPanelMinTokens; }
 
 int64_t group_count(int64_t cols, int64_t group) { return (cols + group - 1) / group; }
 
@@ -93,6 +97,18 @@ __m512 expand_scales(const uint8_t* scales, int count, __m512i lane_to_block) {
   return _mm512_permutexvar_ps(lane_to_block, _mm512_castps128_ps512(_mm_cvtph_ps(h)));
 }
 
+// Decode streams every row once, R rows at a time. The hardware prefetcher loses track at each
+// switch to the next R rows (and never sees the small scale rows coming), so each tile prefetches
+// the next tile's bytes at the columns it is reading itself, and the next tile's scales up front:
+// measured 8 -> 18 GB/s on one Zen 5 core for Q8. In prefill these lines are already in L2.
+void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T0); }
+
+template <int R>
+void prefetch_next_scales(const WeightMatrix& w, const uint8_t* const (&sp)[R]) {
+  for (int r = 0; r < R; ++r)
+    for (int64_t b = 0; b < w.scale_stride; b += 64) prefetch(sp[r] + R * w.scale_stride + b);
+}
+
 template <int R, int T>
 void store_tile(__m512 (&acc)[R][T], int64_t row, float* y, int64_t y_stride, bool accumulate) {
   for (int t = 0; t < T; ++t) {
@@ -107,7 +123,7 @@ void store_tile(__m512 (&acc)[R][T], int64_t row, float* y, int64_t y_stride, bo
 template <int R, int T>
 struct Q8Tile {
   static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
-                  float* y, int64_t y_stride, bool accumulate) {
+                  float* y, int64_t y_stride, bool accumulate, bool prefetch_next) {
     const uint8_t* wp[R];
     const uint8_t* sp[R];
     for (int r = 0; r < R; ++r) {
@@ -117,6 +133,7 @@ struct Q8Tile {
     __m512 acc[R][T];
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+    if (prefetch_next) prefetch_next_scales<R>(w, sp);
     const __m512i flip = _mm512_set1_epi8(char(0x80));
     const __m512i lane_to_block = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     for (int64_t c = k0; c < k1; c += kQ8Group) {
@@ -125,6 +142,7 @@ struct Q8Tile {
       __m512i wv[R];
       __m512 dw[R];
       for (int r = 0; r < R; ++r) {
+        if (prefetch_next) prefetch(wp[r] + R * w.row_stride + c);
         wv[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, wp[r] + c), flip);
         dw[r] = expand_scales(sp[r] + c / kQuantBlock * 2, blocks, lane_to_block);
       }
@@ -147,7 +165,7 @@ struct Q8Tile {
 template <int R, int T>
 struct Q4Tile {
   static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
-                  float* y, int64_t y_stride, bool accumulate) {
+                  float* y, int64_t y_stride, bool accumulate, bool prefetch_next) {
     const uint8_t* wp[R];
     const uint8_t* sp[R];
     for (int r = 0; r < R; ++r) {
@@ -157,6 +175,7 @@ struct Q4Tile {
     __m512 acc[R][T];
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+    if (prefetch_next) prefetch_next_scales<R>(w, sp);
     const __m512i nibble = _mm512_set1_epi8(0x0f);
     const __m512i lane_to_block = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     for (int64_t c = k0; c < k1; c += kQ4Group) {
@@ -165,6 +184,7 @@ struct Q4Tile {
       __m512i lo[R], hi[R];
       __m512 dw[R];
       for (int r = 0; r < R; ++r) {
+        if (prefetch_next) prefetch(wp[r] + 2 * R * w.row_stride + c / 2);  // rows half as long as Q8: 2 tiles
         const __m512i v = _mm512_maskz_loadu_epi8(bytes, wp[r] + c / 2);
         lo[r] = _mm512_and_si512(v, nibble);
         hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
@@ -186,17 +206,19 @@ struct Q4Tile {
   }
 };
 
+template <int R = 4, int T = 4>
 TileSet make_q8_tiles() {
   TileSet set;
-  fill_tiles<Q8Tile, 4, 4>(set);
+  fill_tiles<Q8Tile, R, T>(set);
   set.k_align = kQ8Group;
   set.x_bytes_per_col = kQ8GroupBytes / kQ8Group;
   return set;
 }
 
+template <int R = 4, int T = 3>
 TileSet make_q4_tiles() {
   TileSet set;
-  fill_tiles<Q4Tile, 4, 3>(set);
+  fill_tiles<Q4Tile, R, T>(set);
   set.k_align = kQ4Group;
   set.x_bytes_per_col = kQ4GroupBytes / kQ4Group;
   return set;
@@ -204,15 +226,18 @@ TileSet make_q4_tiles() {
 
 }  // namespace
 
-int64_t avx512vnni_activation_stride(WeightFormat format, int64_t cols) {
+int64_t avx512vnni_activation_stride(WeightFormat format, int64_t cols, int64_t n) {
+  if (use_panel(n)) return avx512vnni_panel_stride(cols);
   return format == WeightFormat::Q4 ? group_count(cols, kQ4Group) * kQ4GroupBytes
                                     : group_count(cols, kQ8Group) * kQ8GroupBytes;
 }
 
-void avx512vnni_quantize_activations(WeightFormat format, int64_t cols, const float* x, int64_t x_stride, int64_t n,
-                                     uint8_t* out, int64_t out_stride) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (format == WeightFormat::Q4)
+void avx512vnni_quantize_activations(WeightFormat format, int64_t cols, int64_t n, const float* x, int64_t x_stride,
+                                     int64_t first, int64_t count, uint8_t* out, int64_t out_stride) {
+  for (int64_t i = first; i < first + count; ++i) {
+    if (use_panel(n))
+      avx512vnni_panel_quantize(format, cols, x + i * x_stride, out + i * out_stride);
+    else if (format == WeightFormat::Q4)
       quantize_token_q4(cols, x + i * x_stride, out + i * out_stride);
     else
       quantize_token_q8(cols, x + i * x_stride, out + i * out_stride);
@@ -223,6 +248,13 @@ void avx512vnni_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t
                                       int64_t xq_stride, int64_t n, float* y, int64_t y_stride) {
   static const TileSet q8 = make_q8_tiles();
   static const TileSet q4 = make_q4_tiles();
+  // One token: more rows at once keep more cache lines in flight (measured on one core: Q8
+  // 21 -> 36 GB/s with 8 rows, Q4 22 -> 28 GB/s with 6; Q4 has no registers for 8).
+  static const TileSet q8_decode = make_q8_tiles<8, 1>();
+  static const TileSet q4_decode = make_q4_tiles<6, 1>();
+  if (n == 1)
+    return tiled_matmul(w.format == WeightFormat::Q4 ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
+  if (use_panel(n)) return avx512vnni_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   tiled_matmul(w.format == WeightFormat::Q4 ? q4 : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
 }
 

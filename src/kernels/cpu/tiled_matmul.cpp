@@ -7,8 +7,8 @@ namespace tandem::cpu {
 namespace {
 
 // Sizes chosen for the smallest caches still common on x86-64 servers: 32 KiB L1d, 512 KiB+ L2.
-constexpr int64_t kTokenTileBytes = 8 << 10;   // one token tile's activations over a column chunk: L1
-constexpr int64_t kRowBlockBytes = 128 << 10;   // a block of rows' weights over a column chunk: L2
+constexpr int64_t kTokenTileBytes = 20 << 10;   // one token tile's activations over a column chunk: L1
+constexpr int64_t kRowBlockBytes = 256 << 10;   // a block of rows' weights over a column chunk: L2
 
 int64_t round_down(int64_t v, int64_t m) { return v / m * m; }
 
@@ -29,7 +29,7 @@ void tiled_matmul(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64
       const int rr = int(std::min<int64_t>(R, r1 - r));
       for (int64_t t = 0; t < n; t += T) {
         const int tt = int(std::min<int64_t>(T, n - t));
-        tiles.fn[rr - 1][tt - 1](w, r, x + t * x_stride, x_stride, 0, K, y + t * y_stride, y_stride, false);
+        tiles.fn[rr - 1][tt - 1](w, r, x + t * x_stride, x_stride, 0, K, y + t * y_stride, y_stride, false, true);
       }
     }
     return;
@@ -50,7 +50,8 @@ void tiled_matmul(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64
         const int tt = int(std::min<int64_t>(T, n - t));
         for (int64_t r = b0; r < b1; r += R) {
           const int rr = int(std::min<int64_t>(R, b1 - r));
-          tiles.fn[rr - 1][tt - 1](w, r, x + t * x_stride, x_stride, k0, k1, y + t * y_stride, y_stride, accumulate);
+          tiles.fn[rr - 1][tt - 1](w, r, x + t * x_stride, x_stride, k0, k1, y + t * y_stride, y_stride, accumulate,
+                                   false);
         }
       }
     }
