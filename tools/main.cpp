@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   tandem::cli::register_chat_template(app);
   tandem::cli::register_tokenize(app);
   tandem::cli::register_bench(app);
+  tandem::cli::register_serve(app);
   // Under mpirun every rank runs the same command; a rank that fails ends the whole job, so no
   // other rank waits forever in a collective.
   auto fatal = [](const char* message) {

@@ -163,7 +163,9 @@ void Engine::loop() {
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] {
-        return stopping_ || !incoming_.empty() || !cancelled_.empty() || !running_.empty() || !waiting_.empty();
+        // released_: a finished sequence's blocks go back at the next plan, even with nothing else to do.
+        return stopping_ || !incoming_.empty() || !cancelled_.empty() || !running_.empty() || !waiting_.empty() ||
+               !released_.empty();
       });
       if (stopping_) break;
       while (!incoming_.empty()) {
@@ -204,15 +206,16 @@ void Engine::fail_all(const std::string& error) {
   for (auto& [id, r] : requests_) ids.push_back(id);
   for (uint64_t id : ids) finish(*requests_[id], error.empty() ? FinishReason::Cancelled : FinishReason::Error, -1, error);
   requests_.clear();
+  std::deque<std::unique_ptr<Request>> never_started;
   {
     std::lock_guard lock(mutex_);
-    for (auto& r : incoming_) {
-      TokenEvent e;
-      e.request_id = r->id;
-      e.finish = FinishReason::Cancelled;
-      if (r->on_event) r->on_event(e);
-    }
-    incoming_.clear();
+    never_started.swap(incoming_);
+  }
+  for (auto& r : never_started) {  // callbacks run outside the lock: they may call back in
+    TokenEvent e;
+    e.request_id = r->id;
+    e.finish = FinishReason::Cancelled;
+    if (r->on_event) r->on_event(e);
   }
   // Slots and blocks of the dropped sequences go back at the next plan via released_.
 }

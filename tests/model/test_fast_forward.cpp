@@ -160,7 +160,9 @@ TEST_P(FastForward, BatchingDoesNotChangeResults) {
       if (batch[b].logit_rows == 0) continue;
       const int s = who[b];
       std::vector<float> logits(model.logits(row), model.logits(row) + model.vocab_local());
-      if (together[s].empty()) EXPECT_LE(max_abs_diff(alone_first_logits[s], logits.data()), 1e-5f) << "sequence " << s;
+      if (together[s].empty()) {
+        EXPECT_LE(max_abs_diff(alone_first_logits[s], logits.data()), 1e-5f) << "sequence " << s;
+      }
       next[s] = argmax(logits);
       together[s].push_back(next[s]);
       ++row;

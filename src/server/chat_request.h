@@ -1,0 +1,28 @@
+#pragma once
+// POST /v1/chat/completions request -> the prompt text (Gemma 4's chat template) and the generation
+// parameters. Tools: `tools` are rendered into the system turn unless tool_choice is "none";
+// "auto", "required" and a named function are accepted, but nothing forces the model to call a tool
+// (there is no constrained decoding), so "required" and a named choice work as "auto".
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "server/generation_params.h"
+
+namespace tandem::server {
+
+struct ChatRequest {
+  GenerationParams params;
+  std::string prompt;                // rendered, starting with <bos>
+  bool starts_in_reasoning = false;  // the prompt opened the thought channel
+  bool thinking = false;             // chat_template_kwargs.enable_thinking
+  bool logprobs = false;
+};
+
+ChatRequest parse_chat_request(const nlohmann::json& body, const SamplingParams& defaults);
+
+// The chat template's rendering of `messages` (+ tools, chat_template_kwargs) from a request body,
+// for /v1/chat/completions and /tokenize. Errors name the field (param "messages[2]", "tools").
+std::string render_chat_prompt(const nlohmann::json& body, bool* thinking = nullptr);
+
+}  // namespace tandem::server

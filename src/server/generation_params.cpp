@@ -1,0 +1,102 @@
+#include "server/generation_params.h"
+
+#include <fmt/format.h>
+
+#include "server/api_error.h"
+#include "server/json_fields.h"
+
+namespace tandem::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kMaxStopStrings = 4;
+
+float number_in(const json& body, const char* name, double low, double high, bool low_open, float fallback) {
+  const auto v = optional_number(body, name);
+  if (!v) return fallback;
+  if ((low_open ? *v <= low : *v < low) || *v > high)
+    throw invalid_request(name, fmt::format("'{}' must be in {}{}, {}], got {}", name, low_open ? "(" : "[", low,
+                                            high, *v));
+  return float(*v);
+}
+
+std::vector<std::string> parse_stop(const json& body) {
+  const json* v = optional_field(body, "stop");
+  if (!v) return {};
+  std::vector<std::string> stops;
+  if (v->is_string()) {
+    stops.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    if (v->size() > size_t(kMaxStopStrings))
+      throw invalid_request("stop", fmt::format("'stop' takes at most {} strings, got {}", kMaxStopStrings, v->size()));
+    for (const json& s : *v) {
+      if (!s.is_string()) throw invalid_request("stop", "'stop' must be a string or a list of strings, got a list with " + json_kind(s));
+      stops.push_back(s.get<std::string>());
+    }
+  } else {
+    throw invalid_request("stop", "'stop' must be a string or a list of strings, got " + json_kind(*v));
+  }
+  for (const std::string& s : stops)
+    if (s.empty()) throw invalid_request("stop", "stop strings must not be empty");
+  return stops;
+}
+
+}  // namespace
+
+GenerationParams parse_generation_params(const json& body, const SamplingParams& defaults,
+                                         const std::vector<const char*>& max_tokens_fields, int default_max_tokens) {
+  GenerationParams p;
+  SamplingParams& s = p.sampling;
+  s = defaults;
+  s.logprobs = false;
+  s.top_logprobs = 0;
+  s.seed.reset();
+
+  if (const auto n = optional_integer(body, "n"); n && *n != 1)
+    throw invalid_request("n", fmt::format("only n=1 is supported (one choice per request), got {}", *n));
+
+  s.temperature = number_in(body, "temperature", 0.0, 2.0, false, s.temperature);
+  s.top_p = number_in(body, "top_p", 0.0, 1.0, true, s.top_p);
+  s.min_p = number_in(body, "min_p", 0.0, 1.0, false, s.min_p);
+  s.presence_penalty = number_in(body, "presence_penalty", -2.0, 2.0, false, s.presence_penalty);
+  s.frequency_penalty = number_in(body, "frequency_penalty", -2.0, 2.0, false, s.frequency_penalty);
+  s.repetition_penalty = number_in(body, "repetition_penalty", 0.0, 1e6, true, s.repetition_penalty);
+  if (const auto k = optional_integer(body, "top_k")) {
+    if (*k < -1) throw invalid_request("top_k", fmt::format("'top_k' must be -1 or 0 (off) or positive, got {}", *k));
+    s.top_k = *k <= 0 ? 0 : int(std::min<int64_t>(*k, INT32_MAX));
+  }
+  if (const auto seed = optional_integer(body, "seed")) s.seed = uint64_t(*seed);
+
+  p.max_tokens = default_max_tokens;
+  p.max_tokens_param = max_tokens_fields.empty() ? "max_tokens" : max_tokens_fields.front();
+  for (const char* field : max_tokens_fields) {
+    const auto v = optional_integer(body, field);
+    if (!v) continue;
+    if (*v < 1) throw invalid_request(field, fmt::format("'{}' must be at least 1, got {}", field, *v));
+    p.max_tokens = int(std::min<int64_t>(*v, INT32_MAX));
+    p.max_tokens_param = field;
+    break;
+  }
+
+  p.stop = parse_stop(body);
+  p.ignore_eos = optional_bool(body, "ignore_eos").value_or(false);
+  p.skip_special_tokens = optional_bool(body, "skip_special_tokens").value_or(true);
+  p.stream = optional_bool(body, "stream").value_or(false);
+  if (const json* options = optional_object(body, "stream_options", "stream_options")) {
+    if (!p.stream) throw invalid_request("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    p.include_usage = optional_bool(*options, "include_usage").value_or(false);
+  }
+  return p;
+}
+
+void check_model_name(const json& body, const std::string& served_name) {
+  const auto model = optional_string(body, "model");
+  if (model && *model != served_name)
+    throw ApiError(404, "invalid_request_error",
+                   fmt::format("the model '{}' does not exist; this server serves '{}'", *model, served_name), "model",
+                   "model_not_found");
+}
+
+}  // namespace tandem::server

@@ -1,0 +1,60 @@
+#include "server/generation_response.h"
+
+#include <httplib.h>
+
+namespace tandem::server {
+
+namespace {
+// How long the connection thread waits for tokens before it checks that the client is still there.
+constexpr std::chrono::milliseconds kPollInterval{50};
+
+struct ResponseState {
+  std::unique_ptr<GenerationStream> stream;
+  std::unique_ptr<GenerationFormatter> formatter;
+  bool opened = false;
+};
+
+bool write(httplib::DataSink& sink, const std::string& bytes) {
+  return bytes.empty() || sink.write(bytes.data(), bytes.size());
+}
+}  // namespace
+
+void respond_with_generation(httplib::Response& res, const std::string& content_type,
+                             std::unique_ptr<GenerationStream> stream, std::unique_ptr<GenerationFormatter> formatter) {
+  // Shared because cpp-httplib copies the provider; the state dies with the response, and the
+  // stream's destructor cancels a generation nobody finished reading.
+  auto state = std::make_shared<ResponseState>();
+  state->stream = std::move(stream);
+  state->formatter = std::move(formatter);
+  if (content_type == "text/event-stream") {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");  // tell reverse proxies not to buffer the stream
+  }
+  res.set_chunked_content_provider(content_type, [state](size_t, httplib::DataSink& sink) {
+    GenerationStream& stream = *state->stream;
+    if (!state->opened) {
+      state->opened = true;
+      if (!write(sink, state->formatter->opening())) {
+        stream.abandon();
+        return false;
+      }
+    }
+    const GenerationUpdate update = stream.next(kPollInterval);
+    const std::string bytes = state->formatter->format(update);
+    if (!write(sink, bytes)) {
+      stream.abandon();
+      return false;
+    }
+    if (update.finished) {
+      sink.done();
+      return true;
+    }
+    if (bytes.empty() && !sink.is_writable()) {
+      stream.abandon();
+      return false;
+    }
+    return true;
+  });
+}
+
+}  // namespace tandem::server

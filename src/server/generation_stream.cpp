@@ -1,0 +1,180 @@
+#include "server/generation_stream.h"
+
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "server/api_error.h"
+#include "server/request_log.h"
+
+namespace tandem::server {
+
+using Clock = std::chrono::steady_clock;
+
+struct GenerationStream::EventQueue {
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::vector<TokenEvent> events;
+  ServerMetrics* metrics = nullptr;
+  Clock::time_point arrival, last_token;
+  bool first_token_seen = false;
+
+  // On the engine thread: note the latency, queue the event, wake the HTTP thread.
+  void push(const TokenEvent& event) {
+    if (event.token >= 0) {
+      const Clock::time_point now = Clock::now();
+      if (!first_token_seen) metrics->observe_time_to_first_token(std::chrono::duration<double>(now - arrival).count());
+      else metrics->observe_inter_token_latency(std::chrono::duration<double>(now - last_token).count());
+      first_token_seen = true;
+      last_token = now;
+    }
+    {
+      std::lock_guard lock(mutex);
+      events.push_back(event);
+    }
+    ready.notify_one();
+  }
+};
+
+namespace {
+
+ApiError rejected_to_api_error(const RequestRejected& e, const GenerationJob& job) {
+  switch (e.kind) {
+    case RequestRejected::Kind::QueueFull: return ApiError(429, "rate_limit_error", e.what(), {}, "queue_full");
+    case RequestRejected::Kind::ContextLength: return context_length_exceeded(job.params.max_tokens_param, e.what());
+    case RequestRejected::Kind::ShuttingDown: return ApiError(503, "server_error", e.what(), {}, "shutting_down");
+    case RequestRejected::Kind::Invalid: break;
+  }
+  return invalid_request(job.prompt_param, e.what());
+}
+
+void check_lengths(const GenerationJob& job, int context_limit) {
+  const int prompt = int(job.prompt.size());
+  if (prompt == 0) throw invalid_request(job.prompt_param, "the prompt is empty");
+  if (prompt >= context_limit)
+    throw context_length_exceeded(
+        job.prompt_param, fmt::format("this model's maximum context length is {} tokens, but the prompt has {} tokens "
+                                      "(and at least one must be generated); shorten the {}",
+                                      context_limit, prompt, job.prompt_param));
+  if (job.params.max_tokens > 0 && int64_t(prompt) + job.params.max_tokens > context_limit)
+    throw context_length_exceeded(
+        job.params.max_tokens_param,
+        fmt::format("this model's maximum context length is {} tokens, but {} were requested ({} in the prompt, "
+                    "{} to generate); lower '{}' to at most {}",
+                    context_limit, int64_t(prompt) + job.params.max_tokens, prompt, job.params.max_tokens,
+                    job.params.max_tokens_param, context_limit - prompt));
+}
+
+}  // namespace
+
+GenerationStream::GenerationStream(const RouteContext& context, GenerationJob job)
+    : context_(context),
+      queue_(std::make_shared<EventQueue>()),
+      assembler_(context.model.tokenizer, job.mode, job.params.stop, job.params.skip_special_tokens,
+                 job.starts_in_reasoning),
+      arrival_(job.arrival),
+      prompt_tokens_(int(job.prompt.size())) {
+  Engine& engine = context.model.engine;
+  check_lengths(job, engine.context_limit());
+  for (int32_t t : job.prompt)
+    if (t < 0 || t >= context.model.tokenizer.vocab_size())
+      throw invalid_request(job.prompt_param, fmt::format("token id {} is outside the vocabulary (0..{})", t,
+                                                          context.model.tokenizer.vocab_size() - 1));
+  queue_->metrics = &context.metrics;
+  queue_->arrival = job.arrival;
+
+  GenerationRequest request;
+  request.prompt = std::move(job.prompt);
+  request.max_tokens = job.params.max_tokens;
+  request.sampling = job.params.sampling;
+  if (!job.params.ignore_eos)
+    request.stop_tokens.assign(context.model.stop_token_ids.begin(), context.model.stop_token_ids.end());
+  // The engine may outlive this stream's interest in the request (a cancelled request still gets its
+  // finish event), so the callback holds the queue, never the stream.
+  request.on_event = [queue = queue_](const TokenEvent& event) { queue->push(event); };
+
+  context.active.enter();
+  try {
+    request_id_ = engine.submit(std::move(request));
+  } catch (const RequestRejected& e) {
+    context.active.leave();
+    throw rejected_to_api_error(e, job);
+  } catch (...) {
+    context.active.leave();
+    throw;
+  }
+}
+
+GenerationStream::~GenerationStream() {
+  if (!finished_) abandon();
+  context_.active.leave();
+}
+
+void GenerationStream::complete(const std::string& metrics_reason, const std::string& log_reason) {
+  finished_ = true;
+  const double e2e = std::chrono::duration<double>(Clock::now() - arrival_).count();
+  context_.metrics.observe_request_end(e2e, metrics_reason, prompt_tokens_, completion_tokens_);
+  request_log_note(fmt::format("prompt_tokens={} completion_tokens={} finish={} e2e={:.3f}s", prompt_tokens_,
+                               completion_tokens_, log_reason, e2e));
+}
+
+void GenerationStream::abandon() {
+  if (finished_) return;
+  if (!engine_done_) context_.model.engine.cancel(request_id_);
+  engine_done_ = true;
+  complete("abort", "client_disconnected");
+}
+
+GenerationUpdate GenerationStream::next(std::chrono::milliseconds wait) {
+  GenerationUpdate update;
+  if (finished_) {
+    update.finished = true;
+    return update;
+  }
+  events_.clear();
+  {
+    std::unique_lock lock(queue_->mutex);
+    queue_->ready.wait_for(lock, wait, [&] { return !queue_->events.empty(); });
+    events_.swap(queue_->events);
+  }
+  for (const TokenEvent& e : events_) {
+    if (finished_) break;  // events after a stop string belong to a request already cancelled
+    if (e.token >= 0) {
+      ++completion_tokens_;
+      update.tokens.push_back({e.token, e.logprob, e.top_logprobs});
+      update.delta.append(assembler_.push(e.token));
+      if (assembler_.stopped_by_string()) {
+        context_.model.engine.cancel(request_id_);
+        engine_done_ = true;
+        update.finish_reason = "stop";
+        complete("stop", "stop_string");
+      }
+    }
+    if (e.finish == FinishReason::None || finished_) continue;
+    engine_done_ = true;
+    update.delta.append(assembler_.finish());
+    switch (e.finish) {
+      case FinishReason::Stop:
+        update.finish_reason = "stop";
+        complete("stop", "stop");
+        break;
+      case FinishReason::Length:
+        update.finish_reason = "length";
+        complete("length", "length");
+        break;
+      case FinishReason::Cancelled:
+        update.error = "the request was cancelled: the server is shutting down";
+        complete("abort", "cancelled");
+        break;
+      default:
+        update.error = "generation failed: " + (e.error.empty() ? std::string("engine error") : e.error);
+        complete("abort", "error");
+        break;
+    }
+  }
+  update.finished = finished_;
+  return update;
+}
+
+}  // namespace tandem::server

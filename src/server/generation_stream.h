@@ -1,0 +1,79 @@
+#pragma once
+// One generation request from the HTTP side: checks the lengths against the context, submits the
+// tokens to the engine, and turns the engine's token events into client-ready output updates.
+//
+// The engine calls back on its own thread; the callback only queues the event (and observes token
+// latencies) and returns. The HTTP thread that serves the request pulls updates with next(), which
+// is where detokenizing, stop strings and output parsing run. Whoever holds the stream owns the
+// engine request: abandon() or the destructor cancels an unfinished request, which frees its KV
+// blocks at the engine's next step.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "server/generation_params.h"
+#include "server/output_assembler.h"
+#include "server/route_context.h"
+
+namespace tandem::server {
+
+struct GenerationJob {
+  std::vector<int32_t> prompt;
+  std::string prompt_param;  // the request field the prompt came from ("messages", "prompt")
+  GenerationParams params;
+  OutputMode mode = OutputMode::Text;
+  bool starts_in_reasoning = false;
+  std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
+};
+
+struct GeneratedToken {
+  int32_t token;
+  float logprob;
+  std::vector<TokenLogprob> top;
+};
+
+struct GenerationUpdate {
+  ParsedOutput delta;                   // output that became certain since the last update
+  std::vector<GeneratedToken> tokens;   // tokens consumed since the last update (for logprobs)
+  bool finished = false;
+  std::string finish_reason;            // when finished without error: "stop" or "length"
+  std::string error;                    // when finished by an engine error or a server shutdown
+};
+
+class GenerationStream {
+ public:
+  // Throws ApiError: 400 context_length_exceeded, 429 queue full, 503 shutting down.
+  GenerationStream(const RouteContext& context, GenerationJob job);
+  ~GenerationStream();
+  GenerationStream(const GenerationStream&) = delete;
+  GenerationStream& operator=(const GenerationStream&) = delete;
+
+  // Waits up to `wait` for events and returns what they produced (possibly nothing).
+  GenerationUpdate next(std::chrono::milliseconds wait);
+  // The client went away: cancel the engine request now.
+  void abandon();
+
+  bool finished() const { return finished_; }
+  int prompt_tokens() const { return prompt_tokens_; }
+  int completion_tokens() const { return completion_tokens_; }
+
+ private:
+  struct EventQueue;
+  void complete(const std::string& metrics_reason, const std::string& log_reason);
+
+  const RouteContext& context_;
+  std::shared_ptr<EventQueue> queue_;
+  OutputAssembler assembler_;
+  uint64_t request_id_ = 0;
+  std::chrono::steady_clock::time_point arrival_;
+  int prompt_tokens_ = 0;
+  int completion_tokens_ = 0;
+  bool finished_ = false;
+  bool engine_done_ = false;
+  std::vector<TokenEvent> events_;  // scratch
+};
+
+}  // namespace tandem::server

@@ -1,0 +1,39 @@
+#pragma once
+// Pieces of OpenAI's response format shared by the routes: ids, usage, logprobs, tool calls, and
+// Server-Sent Events framing (`data: {json}\n\n`, ending with `data: [DONE]\n\n`).
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "server/generation_stream.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tool_syntax.h"
+
+namespace tandem::server {
+
+// "chatcmpl-" + 24 random hex digits, etc.
+std::string random_id(const std::string& prefix, int hex_digits = 24);
+int64_t unix_time_now();
+
+nlohmann::json usage_json(int prompt_tokens, int completion_tokens);
+
+// JSON text for the wire. Invalid UTF-8 cannot come from the decoders, but a response must never
+// fail half-written, so any would be replaced by U+FFFD.
+std::string json_text(const nlohmann::json& value);
+std::string sse_event(const nlohmann::json& value);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+// Chat: logprobs.content entries {token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}.
+nlohmann::json chat_logprobs_content(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer);
+
+// Completions (legacy format): appends to {tokens, token_logprobs, top_logprobs, text_offset};
+// `text_offset` is where the first token's text starts in the choice's text.
+void append_completion_logprobs(nlohmann::json& logprobs, const std::vector<GeneratedToken>& tokens,
+                                const Tokenizer& tokenizer, size_t text_offset);
+nlohmann::json empty_completion_logprobs();
+
+// OpenAI tool calls: [{index?, id, type: "function", function: {name, arguments: JSON text}}].
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, int first_index, bool with_index);
+
+}  // namespace tandem::server

@@ -1,0 +1,50 @@
+#include "server/output_assembler.h"
+
+namespace tandem::server {
+
+namespace {
+// The chat parser needs Gemma's markers (<|channel>, <|tool_call>, ...) as text, so chat output is
+// decoded with special tokens kept; completions follow `skip_special_tokens`.
+DecodeOptions decode_options(OutputMode mode, bool skip_special_tokens) {
+  return DecodeOptions{.skip_special_tokens = mode == OutputMode::Text && skip_special_tokens};
+}
+}  // namespace
+
+OutputAssembler::OutputAssembler(const Tokenizer& tokenizer, OutputMode mode, std::vector<std::string> stop_strings,
+                                 bool skip_special_tokens, bool starts_in_reasoning)
+    : mode_(mode),
+      decoder_(tokenizer, decode_options(mode, skip_special_tokens)),
+      stops_(std::move(stop_strings)),
+      parser_(OutputParserOptions{.starts_in_reasoning = starts_in_reasoning}) {}
+
+ParsedOutput OutputAssembler::route(const std::string& text) {
+  if (text.empty()) return {};
+  if (mode_ == OutputMode::Chat) return parser_.push(text);
+  ParsedOutput out;
+  out.content = text;
+  return out;
+}
+
+ParsedOutput OutputAssembler::push(int32_t token) {
+  if (finished_ || stops_.stopped()) return {};
+  scratch_.clear();
+  decoder_.push(token, scratch_);
+  ParsedOutput out = route(stops_.push(scratch_));
+  if (stops_.stopped()) out.append(finish());
+  return out;
+}
+
+ParsedOutput OutputAssembler::finish() {
+  if (finished_) return {};
+  finished_ = true;
+  ParsedOutput out;
+  if (!stops_.stopped()) {
+    std::string tail = stops_.push(decoder_.flush());
+    tail += stops_.flush();
+    out = route(tail);
+  }
+  if (mode_ == OutputMode::Chat) out.append(parser_.finish());
+  return out;
+}
+
+}  // namespace tandem::server

@@ -1,0 +1,291 @@
+// Drives a running `tandem serve` with the official OpenAI Node SDK for tests/server; prints one
+// JSON document with what it saw, and the C++ test makes the assertions.
+//
+//   node server_client.mjs CHECK BASE_URL MODEL [ARGS...]
+//   CHECK: chat | stop | seed | tools | completions | errors | concurrency | auth KEY | flood N MAX_TOKENS
+import OpenAI from "openai";
+
+const [check, baseURL, model, ...args] = process.argv.slice(2);
+if (!check || !baseURL || !model) {
+  console.error("usage: node server_client.mjs CHECK BASE_URL MODEL [ARGS...]");
+  process.exit(2);
+}
+const client = new OpenAI({ baseURL: `${baseURL}/v1`, apiKey: "unused", maxRetries: 0, timeout: 300_000 });
+const greedy = { model, temperature: 0 };
+
+async function collect(stream) {
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  return chunks;
+}
+
+// Reassembles a chat stream: content, reasoning, tool calls, finish reason, usage.
+function chat_from_chunks(chunks) {
+  const out = { content: "", reasoning: "", tool_calls: [], finish_reason: null, usage: null, chunks: chunks.length };
+  for (const c of chunks) {
+    if (c.usage) out.usage = c.usage;
+    for (const choice of c.choices) {
+      const d = choice.delta ?? {};
+      if (d.content) out.content += d.content;
+      if (d.reasoning_content) out.reasoning += d.reasoning_content;
+      for (const t of d.tool_calls ?? []) out.tool_calls.push(t);
+      if (choice.finish_reason) out.finish_reason = choice.finish_reason;
+    }
+  }
+  return out;
+}
+
+async function api_error(promise) {
+  try {
+    const value = await promise;
+    if (value && typeof value[Symbol.asyncIterator] === "function") await collect(value);
+    return { status: 200 };
+  } catch (e) {
+    return { status: e.status ?? null, error: e.error ?? null, message: String(e.message) };
+  }
+}
+
+const checks = {
+  async chat() {
+    const messages = [
+      { role: "system", content: "You are terse." },
+      { role: "user", content: "Write a short poem about the sea, with émojis 🌊 and ünïcode." },
+    ];
+    const full = await client.chat.completions.create({ ...greedy, messages, max_tokens: 24 });
+    const chunks = await collect(await client.chat.completions.create({
+      ...greedy, messages, max_tokens: 24, stream: true, stream_options: { include_usage: true },
+    }));
+    const streamed = chat_from_chunks(chunks);
+    const by_new_name = await client.chat.completions.create({ ...greedy, messages, max_completion_tokens: 5 });
+    const with_logprobs = await client.chat.completions.create({
+      ...greedy, messages, max_tokens: 4, logprobs: true, top_logprobs: 3,
+    });
+    const stream_without_usage = await collect(await client.chat.completions.create({
+      ...greedy, messages, max_tokens: 3, stream: true,
+    }));
+    return {
+      full, streamed,
+      first_chunk: chunks[0],
+      last_chunks: chunks.slice(-2),
+      chunk_ids: [...new Set(chunks.map((c) => c.id))],
+      chunk_objects: [...new Set(chunks.map((c) => c.object))],
+      by_new_name, with_logprobs,
+      without_usage: { usage_fields: stream_without_usage.map((c) => c.usage ?? null), count: stream_without_usage.length },
+    };
+  },
+
+  async stop() {
+    const messages = [{ role: "user", content: "Count to twenty." }];
+    const prompt = "Once upon a time";
+    const chat_full = (await client.chat.completions.create({ ...greedy, messages, max_tokens: 24 })).choices[0].message.content;
+    const text_full = (await client.completions.create({ ...greedy, prompt, max_tokens: 24, skip_special_tokens: false })).choices[0].text;
+    // A stop string from the middle of the greedy answer: the answer must end right before its first occurrence.
+    const pick = (text) => [...text].slice(Math.floor([...text].length / 2), Math.floor([...text].length / 2) + 2).join("");
+    const chat_stop = pick(chat_full), text_stop = pick(text_full);
+    const chat_stopped = await client.chat.completions.create({ ...greedy, messages, max_tokens: 24, stop: [chat_stop, "never-appears-xyz"] });
+    const chat_streamed = chat_from_chunks(await collect(await client.chat.completions.create({
+      ...greedy, messages, max_tokens: 24, stop: chat_stop, stream: true,
+    })));
+    const text_stopped = await client.completions.create({ ...greedy, prompt, max_tokens: 24, stop: text_stop, skip_special_tokens: false });
+    const text_chunks = await collect(await client.completions.create({
+      ...greedy, prompt, max_tokens: 24, stop: text_stop, stream: true, skip_special_tokens: false,
+    }));
+    return {
+      chat_full, chat_stop, chat_stopped: chat_stopped.choices[0], chat_streamed,
+      text_full, text_stop, text_stopped: text_stopped.choices[0],
+      text_streamed: text_chunks.map((c) => c.choices[0]?.text ?? "").join(""),
+      text_stream_finish: text_chunks.at(-1).choices[0]?.finish_reason,
+    };
+  },
+
+  async seed() {
+    const messages = [{ role: "user", content: "Tell me something." }];
+    const run = async (params) => (await client.chat.completions.create({ model, messages, max_tokens: 16, ...params })).choices[0].message.content;
+    return {
+      a: await run({ temperature: 1, seed: 1234 }),
+      b: await run({ temperature: 1, seed: 1234 }),
+      c: await run({ temperature: 1, seed: 99 }),
+      defaults_a: await run({ seed: 7 }),
+      defaults_b: await run({ seed: 7 }),
+    };
+  },
+
+  async tools() {
+    const tools = [{
+      type: "function",
+      function: {
+        name: "get_weather",
+        description: "Current weather in a city",
+        parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+      },
+    }];
+    const messages = [{ role: "user", content: "What is the weather in Paris?" }];
+    const ask = (extra) => client.chat.completions.create({ ...greedy, messages, max_tokens: 12, ...extra });
+    const plain = await ask({});
+    const auto = await ask({ tools });
+    const none = await ask({ tools, tool_choice: "none" });
+    const required = await ask({ tools, tool_choice: "required" });
+    const named = await ask({ tools, tool_choice: { type: "function", function: { name: "get_weather" } } });
+    const streamed = chat_from_chunks(await collect(await client.chat.completions.create({
+      ...greedy, messages, max_tokens: 12, tools, stream: true,
+    })));
+    // A conversation that already went through a tool call and its result.
+    const followup = await client.chat.completions.create({
+      ...greedy, max_tokens: 8, tools,
+      messages: [
+        ...messages,
+        { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: "{\"city\":\"Paris\"}" } }] },
+        { role: "tool", tool_call_id: "call_1", content: "sunny, 21 C" },
+      ],
+    });
+    const thinking = await client.chat.completions.create({
+      ...greedy, messages, max_tokens: 8, chat_template_kwargs: { enable_thinking: true },
+    });
+    const summary = (r) => ({ finish_reason: r.choices[0].finish_reason, message: r.choices[0].message, usage: r.usage });
+    return {
+      plain: summary(plain), auto: summary(auto), none: summary(none), required: summary(required),
+      named: summary(named), streamed, followup: summary(followup), thinking: summary(thinking),
+    };
+  },
+
+  async completions() {
+    const prompt = "The quick brown fox";
+    const full = await client.completions.create({ ...greedy, prompt, max_tokens: 12 });
+    const chunks = await collect(await client.completions.create({
+      ...greedy, prompt, max_tokens: 12, stream: true, stream_options: { include_usage: true },
+    }));
+    const tokens = (await (await fetch(`${baseURL}/tokenize`, { method: "POST", body: JSON.stringify({ prompt }) })).json()).tokens;
+    const by_ids = await client.completions.create({ ...greedy, prompt: tokens, max_tokens: 12 });
+    const list_of_one = await client.completions.create({ ...greedy, prompt: [prompt], max_tokens: 12 });
+    const echoed = await client.completions.create({ ...greedy, prompt, max_tokens: 12, echo: true });
+    const logprobs = await client.completions.create({ ...greedy, prompt, max_tokens: 3, logprobs: 2 });
+    const defaulted = await client.completions.create({ ...greedy, prompt });
+    return {
+      full, streamed: chunks.map((c) => c.choices[0]?.text ?? "").join(""),
+      stream_finish: chunks.at(-2)?.choices[0]?.finish_reason, stream_usage: chunks.at(-1).usage,
+      stream_objects: [...new Set(chunks.map((c) => c.object))],
+      by_ids, list_of_one, echoed, logprobs, defaulted,
+    };
+  },
+
+  async errors() {
+    const user = [{ role: "user", content: "hi" }];
+    const chat = (params) => api_error(client.chat.completions.create({ model, messages: user, max_tokens: 2, ...params }));
+    return {
+      messages_not_list: await chat({ messages: "hello" }),
+      messages_empty: await chat({ messages: [] }),
+      unknown_role: await chat({ messages: [{ role: "wizard", content: "x" }] }),
+      temperature_string: await chat({ temperature: "hot" }),
+      temperature_negative: await chat({ temperature: -0.5 }),
+      temperature_too_high: await chat({ temperature: 2.5 }),
+      top_p_zero: await chat({ top_p: 0 }),
+      top_p_above_one: await chat({ top_p: 1.5 }),
+      max_tokens_negative: await chat({ max_tokens: -1 }),
+      max_tokens_huge: await chat({ max_tokens: 100_000_000 }),
+      n_two: await chat({ n: 2 }),
+      too_many_stops: await chat({ stop: ["a", "b", "c", "d", "e"] }),
+      top_logprobs_without_logprobs: await chat({ top_logprobs: 2 }),
+      unknown_model: await chat({ model: "no-such-model" }),
+      bad_tool_choice: await chat({ tool_choice: "sometimes" }),
+      stream_error: await chat({ stream: true, temperature: 5 }),
+      completion_no_prompt: await api_error(client.completions.create({ model, max_tokens: 2 })),
+      completion_bad_token: await api_error(client.completions.create({ model, prompt: [1, 2, 99999999], max_tokens: 2 })),
+      completion_batch: await api_error(client.completions.create({ model, prompt: ["a", "b"], max_tokens: 2 })),
+      still_works: await chat({ temperature: 0 }),
+    };
+  },
+
+  // 16 simultaneous streams with mixed prompt lengths and lengths; every third one is aborted after a
+  // few chunks. The others must finish and equal the same requests run alone.
+  async concurrency() {
+    const words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split(" ");
+    const requests = Array.from({ length: 16 }, (_, i) => ({
+      index: i,
+      cancel: i % 3 === 0,
+      messages: [{ role: "user", content: Array.from({ length: 1 + ((i * 7) % 40) }, (_, k) => words[(i + k) % words.length]).join(" ") }],
+      max_tokens: 6 + ((i * 5) % 23),
+    }));
+    const run_stream = async (r) => {
+      const stream = await client.chat.completions.create({
+        ...greedy, messages: r.messages, max_tokens: r.max_tokens, stream: true, stream_options: { include_usage: true },
+      });
+      const chunks = [];
+      try {
+        for await (const chunk of stream) {
+          chunks.push(chunk);
+          if (r.cancel && chunks.length >= 3) {
+            stream.controller.abort();
+            break;
+          }
+        }
+      } catch (e) {
+        if (!r.cancel) throw e;
+      }
+      return { index: r.index, cancelled: r.cancel, ...chat_from_chunks(chunks) };
+    };
+    const together = await Promise.all(requests.map(run_stream));
+    const alone = [];
+    for (const r of requests.filter((r) => !r.cancel)) {
+      const res = await client.chat.completions.create({ ...greedy, messages: r.messages, max_tokens: r.max_tokens });
+      alone.push({ index: r.index, content: res.choices[0].message.content ?? "", finish_reason: res.choices[0].finish_reason, usage: res.usage });
+    }
+    // The engine frees cancelled sequences at its next step; give it a moment to report that.
+    let metrics = "";
+    for (let attempt = 0; attempt < 50; ++attempt) {
+      metrics = await (await fetch(`${baseURL}/metrics`)).text();
+      if (/^vllm:num_requests_running\{[^}]*\} 0$/m.test(metrics) && /^vllm:kv_cache_usage_perc\{[^}]*\} 0$/m.test(metrics)) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const gauge = (name) => Number((metrics.match(new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, "m")) ?? [])[1]);
+    return {
+      together, alone,
+      running: gauge("vllm:num_requests_running"),
+      waiting: gauge("vllm:num_requests_waiting"),
+      kv_usage: gauge("vllm:kv_cache_usage_perc"),
+      aborted: Number((metrics.match(/^vllm:request_success_total\{finished_reason="abort"[^}]*\} (\S+)$/m) ?? [])[1]),
+    };
+  },
+
+  async auth() {
+    const key = args[0];
+    const wrong = new OpenAI({ baseURL: `${baseURL}/v1`, apiKey: "wrong-key", maxRetries: 0 });
+    const right = new OpenAI({ baseURL: `${baseURL}/v1`, apiKey: key, maxRetries: 0 });
+    return {
+      wrong: await api_error(wrong.models.list()),
+      right_models: (await right.models.list()).data.map((m) => m.id),
+      right_chat: (await right.chat.completions.create({ ...greedy, messages: [{ role: "user", content: "hi" }], max_tokens: 2 })).choices[0].finish_reason,
+    };
+  },
+
+  // Many long requests at once against a server with a tiny queue: some must be refused with 429.
+  async flood() {
+    const n = Number(args[0] ?? 8), max_tokens = Number(args[1] ?? 2000);
+    const controller = new AbortController();
+    const results = await Promise.all(Array.from({ length: n }, async () => {
+      try {
+        const stream = await client.chat.completions.create(
+          { ...greedy, messages: [{ role: "user", content: "go" }], max_tokens, stream: true },
+          { signal: controller.signal });
+        // Accepted: hold the slot a moment so the others pile up, then let go.
+        await new Promise((resolve) => setTimeout(resolve, 1500));
+        stream.controller.abort();
+        return { status: 200 };
+      } catch (e) {
+        return { status: e.status ?? null, error: e.error ?? null };
+      }
+    }));
+    return { results };
+  },
+};
+
+if (!checks[check]) {
+  console.error(`unknown check '${check}' (known: ${Object.keys(checks).join(", ")})`);
+  process.exit(2);
+}
+try {
+  console.log(JSON.stringify(await checks[check]()));
+} catch (e) {
+  console.error(`check '${check}' failed: ${e.stack ?? e}`);
+  if (e.error) console.error(JSON.stringify(e.error));
+  process.exit(1);
+}

@@ -1,0 +1,203 @@
+// Request bodies -> validated parameters, without a server: every refusal names its field.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "server/api_error.h"
+#include "server/chat_request.h"
+#include "server/generation_params.h"
+#include "server/json_fields.h"
+
+namespace tandem::server {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+const std::vector<const char*> kChatLimits = {"max_completion_tokens", "max_tokens"};
+
+SamplingParams model_defaults() {
+  SamplingParams s;
+  s.temperature = 1.0f;
+  s.top_k = 64;
+  s.top_p = 0.95f;
+  return s;
+}
+
+GenerationParams parse(const std::string& body) {
+  return parse_generation_params(json::parse(body), model_defaults(), kChatLimits, 0);
+}
+
+// Expects parsing `body` to fail with `status` naming `param`.
+void expect_refused(const std::string& body, const std::string& param, int status = 400, const std::string& code = {}) {
+  SCOPED_TRACE(body);
+  try {
+    parse(body);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, status);
+    EXPECT_EQ(e.param, param);
+    EXPECT_EQ(e.code, code);
+    EXPECT_EQ(e.body()["error"]["param"], param);
+  }
+}
+
+TEST(GenerationParams, OmittedFieldsTakeTheModelDefaults) {
+  const GenerationParams p = parse("{}");
+  EXPECT_EQ(p.sampling.temperature, 1.0f);
+  EXPECT_EQ(p.sampling.top_k, 64);
+  EXPECT_EQ(p.sampling.top_p, 0.95f);
+  EXPECT_FALSE(p.sampling.seed.has_value());
+  EXPECT_EQ(p.max_tokens, 0);
+  EXPECT_FALSE(p.stream);
+  EXPECT_TRUE(p.stop.empty());
+}
+
+TEST(GenerationParams, ReadsEveryField) {
+  const GenerationParams p = parse(R"({"temperature": 0, "top_p": 0.5, "top_k": 5, "min_p": 0.1, "seed": 42,
+      "presence_penalty": 1.5, "frequency_penalty": -1, "repetition_penalty": 1.2, "max_tokens": 9,
+      "stop": ["a", "bc"], "stream": true, "stream_options": {"include_usage": true}, "n": 1, "ignore_eos": true})");
+  EXPECT_TRUE(p.sampling.greedy());
+  EXPECT_EQ(p.sampling.top_p, 0.5f);
+  EXPECT_EQ(p.sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(p.sampling.min_p, 0.1f);
+  EXPECT_EQ(p.sampling.seed, 42u);
+  EXPECT_EQ(p.sampling.presence_penalty, 1.5f);
+  EXPECT_EQ(p.sampling.frequency_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(p.sampling.repetition_penalty, 1.2f);
+  EXPECT_EQ(p.max_tokens, 9);
+  EXPECT_EQ(p.max_tokens_param, "max_tokens");
+  EXPECT_EQ(p.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_TRUE(p.stream);
+  EXPECT_TRUE(p.include_usage);
+  EXPECT_TRUE(p.ignore_eos);
+  EXPECT_EQ(parse(R"({"stop": "x"})").stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(parse(R"({"top_k": -1})").sampling.top_k, 0);
+  EXPECT_EQ(parse(R"({"max_tokens": 3.0})").max_tokens, 3);
+  EXPECT_EQ(parse(R"({"temperature": null})").sampling.temperature, 1.0f);
+}
+
+TEST(GenerationParams, MaxCompletionTokensWinsOverMaxTokens) {
+  const GenerationParams p = parse(R"({"max_tokens": 5, "max_completion_tokens": 7})");
+  EXPECT_EQ(p.max_tokens, 7);
+  EXPECT_EQ(p.max_tokens_param, "max_completion_tokens");
+}
+
+TEST(GenerationParams, RefusesOutOfRangeAndWrongTypes) {
+  expect_refused(R"({"temperature": "hot"})", "temperature");
+  expect_refused(R"({"temperature": -0.1})", "temperature");
+  expect_refused(R"({"temperature": 2.1})", "temperature");
+  expect_refused(R"({"top_p": 0})", "top_p");
+  expect_refused(R"({"top_p": 1.01})", "top_p");
+  expect_refused(R"({"top_k": -2})", "top_k");
+  expect_refused(R"({"top_k": 1.5})", "top_k");
+  expect_refused(R"({"min_p": 2})", "min_p");
+  expect_refused(R"({"presence_penalty": 3})", "presence_penalty");
+  expect_refused(R"({"frequency_penalty": -3})", "frequency_penalty");
+  expect_refused(R"({"repetition_penalty": 0})", "repetition_penalty");
+  expect_refused(R"({"seed": "x"})", "seed");
+  expect_refused(R"({"max_tokens": -1})", "max_tokens");
+  expect_refused(R"({"max_tokens": 0})", "max_tokens");
+  expect_refused(R"({"max_completion_tokens": "9"})", "max_completion_tokens");
+  expect_refused(R"({"n": 2})", "n");
+  expect_refused(R"({"stop": 5})", "stop");
+  expect_refused(R"({"stop": ["a", 1]})", "stop");
+  expect_refused(R"({"stop": ["a", "b", "c", "d", "e"]})", "stop");
+  expect_refused(R"({"stop": [""]})", "stop");
+  expect_refused(R"({"stream": "yes"})", "stream");
+  expect_refused(R"({"stream_options": {"include_usage": true}})", "stream_options");
+  expect_refused(R"({"stream": true, "stream_options": 1})", "stream_options");
+}
+
+TEST(GenerationParams, ModelNameMustMatchWhenGiven) {
+  EXPECT_NO_THROW(check_model_name(json::parse(R"({"model": "gemma"})"), "gemma"));
+  EXPECT_NO_THROW(check_model_name(json::parse("{}"), "gemma"));
+  try {
+    check_model_name(json::parse(R"({"model": "gpt"})"), "gemma");
+    ADD_FAILURE();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 404);
+    EXPECT_EQ(e.code, "model_not_found");
+  }
+}
+
+TEST(ChatRequest, RendersTheChatTemplate) {
+  const ChatRequest r = parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "Hi"}]})"),
+                                           model_defaults());
+  EXPECT_EQ(r.prompt, "<bos><|turn>user\nHi<turn|>\n<|turn>model\n");
+  EXPECT_FALSE(r.starts_in_reasoning);
+  const ChatRequest thinking = parse_chat_request(
+      json::parse(R"({"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": {"enable_thinking": true}})"),
+      model_defaults());
+  EXPECT_TRUE(thinking.thinking);
+  EXPECT_THAT(thinking.prompt, HasSubstr("<|think|>"));
+}
+
+TEST(ChatRequest, ToolChoiceNoneLeavesToolsOut) {
+  const std::string tools =
+      R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+          "properties": {"city": {"type": "string"}}}}}])";
+  const std::string messages = R"("messages": [{"role": "user", "content": "Weather?"}])";
+  const auto render = [&](const std::string& extra) {
+    return parse_chat_request(json::parse("{" + messages + ", " + tools + extra + "}"), model_defaults()).prompt;
+  };
+  EXPECT_THAT(render(""), HasSubstr("declaration:get_weather"));
+  EXPECT_THAT(render(R"(, "tool_choice": "auto")"), HasSubstr("declaration:get_weather"));
+  EXPECT_THAT(render(R"(, "tool_choice": "none")"), ::testing::Not(HasSubstr("declaration:get_weather")));
+  EXPECT_THAT(render(R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})"),
+              HasSubstr("declaration:get_weather"));
+  EXPECT_THROW(render(R"(, "tool_choice": {"type": "function", "function": {"name": "other"}})"), ApiError);
+  EXPECT_THROW(render(R"(, "tool_choice": "maybe")"), ApiError);
+}
+
+TEST(ChatRequest, RefusalsNameTheField) {
+  const auto param_of = [](const std::string& body) -> std::string {
+    try {
+      parse_chat_request(json::parse(body), model_defaults());
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return e.param;
+    }
+    return "(accepted)";
+  };
+  EXPECT_EQ(param_of("{}"), "messages");
+  EXPECT_EQ(param_of(R"({"messages": {}})"), "messages");
+  EXPECT_EQ(param_of(R"({"messages": []})"), "messages");
+  EXPECT_EQ(param_of(R"({"messages": [{"role": "robot", "content": "x"}]})"), "messages[0]");
+  EXPECT_EQ(param_of(R"({"messages": [{"role": "user", "content": 5}]})"), "messages[0]");
+  EXPECT_EQ(param_of(R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})"), "tools");
+  EXPECT_EQ(param_of(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})"), "top_logprobs");
+  EXPECT_EQ(param_of(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})"),
+            "top_logprobs");
+  EXPECT_EQ(param_of(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": []})"),
+            "chat_template_kwargs");
+}
+
+TEST(JsonBody, RefusesWhatIsNotAUtf8JsonObject) {
+  EXPECT_NO_THROW(parse_json_object_body(R"({"a": "é"})"));
+  for (const std::string& bad : std::vector<std::string>{std::string("{\"a\": \"\xC3\"}"),      // truncated sequence
+                                std::string("{\"a\": \"\xC0\xAF\"}"),  // overlong
+                                std::string("{\"a\": \"\xED\xA0\x80\"}"),  // surrogate
+                                std::string("{\"a\": \"\xF4\x90\x80\x80\"}"),  // past U+10FFFF
+                                std::string("{\"a\": 1"), std::string("[1]"), std::string("\"x\""),
+                                std::string(1000, '[') + std::string(1000, ']')}) {
+    SCOPED_TRACE(bad);
+    try {
+      parse_json_object_body(bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_EQ(e.type, "invalid_request_error");
+    }
+  }
+}
+
+TEST(ApiError, BodyHasOpenAIsShape) {
+  const json body = invalid_request("temperature", "too hot").body();
+  EXPECT_EQ(body, json::parse(R"({"error": {"message": "too hot", "type": "invalid_request_error",
+                                            "param": "temperature", "code": null}})"));
+  EXPECT_EQ(error_body(429, "busy", "queue_full")["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(error_body(503, "later")["error"]["type"], "server_error");
+}
+
+}  // namespace
+}  // namespace tandem::server

