@@ -3,7 +3,7 @@
 // until SIGINT or SIGTERM, when it stops taking generations, lets open ones finish for a grace
 // period, cancels the rest and exits 0.
 #include <fmt/format.h>
-#include <pthread.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -102,7 +102,9 @@ void add_demo_tokenizer(const std::string& dir) {
   if (ec) fail("TANDEM_DEMO_TOKENIZER={}: cannot copy it into {}: {}", tokenizer, dir, ec.message());
 }
 
-// SIGINT/SIGTERM arrive at one thread that only records them (every other thread blocks them).
+// SIGINT/SIGTERM: a process-wide handler writes the signal number into a pipe and one thread
+// reads it. (sigwait with blocked signals is not enough: threads started before serve() — MPI's,
+// for one — would still take the signal with its default action.)
 struct ShutdownSignals {
   std::mutex mutex;
   std::condition_variable arrived;
@@ -111,17 +113,26 @@ struct ShutdownSignals {
   std::function<void()> on_repeat;  // a second signal: stop waiting for open requests
 };
 
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void forward_signal(int sig) {
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &byte, 1);
+}
+
 std::shared_ptr<ShutdownSignals> watch_shutdown_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // inherited by every thread started from here on
+  if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) fail("cannot create the signal pipe");
+  struct sigaction action {};
+  action.sa_handler = forward_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
   auto signals = std::make_shared<ShutdownSignals>();
-  std::thread([signals, set] {
+  std::thread([signals] {
     for (;;) {
-      int sig = 0;
-      if (sigwait(&set, &sig) != 0) continue;
+      unsigned char sig = 0;
+      if (::read(g_signal_pipe[0], &sig, 1) != 1) continue;
       std::unique_lock lock(signals->mutex);
       if (!signals->serving) {
         // Nothing is in flight while the model loads: leave at once.

@@ -77,8 +77,11 @@ std::string ServerProcess::log() const {
   return fs::exists(dir_.file("stderr"), ec) ? read_file(dir_.file("stderr")) : "";
 }
 
-void ServerProcess::start(const std::string& model_dir, const std::vector<std::string>& extra_args, double timeout_s) {
-  std::vector<std::string> args = {tandem_binary(), "serve", "--model", model_dir, "--host", "127.0.0.1", "--port", "0"};
+void ServerProcess::start(const std::string& model_dir, const std::vector<std::string>& extra_args, double timeout_s,
+                          const std::vector<std::string>& launcher) {
+  std::vector<std::string> args = launcher;
+  const std::vector<std::string> own = {tandem_binary(), "serve", "--model", model_dir, "--host", "127.0.0.1", "--port", "0"};
+  args.insert(args.end(), own.begin(), own.end());
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   const std::string err_path = dir_.file("stderr");
   std::vector<char*> argv;
@@ -93,7 +96,7 @@ void ServerProcess::start(const std::string& model_dir, const std::vector<std::s
     if (err < 0 || out < 0) std::_Exit(126);
     ::dup2(err, 2);
     ::dup2(out, 1);
-    ::execv(argv[0], argv.data());
+    ::execvp(argv[0], argv.data());
     std::_Exit(127);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);

@@ -27,7 +27,9 @@ class ServerProcess {
 
   // Starts the server and waits (up to `timeout_s`) until GET /health answers 200. Throws with the
   // server's stderr on failure.
-  void start(const std::string& model_dir, const std::vector<std::string>& extra_args, double timeout_s = 120);
+  // `launcher` (e.g. {"mpirun", "-np", "2"}) goes before the tandem command line.
+  void start(const std::string& model_dir, const std::vector<std::string>& extra_args, double timeout_s = 120,
+             const std::vector<std::string>& launcher = {});
   // Sends `signal` and waits for the exit; returns the exit status (128 + signal when killed).
   int stop(int signal, double timeout_s = 60);
   bool running() const { return pid_ > 0; }

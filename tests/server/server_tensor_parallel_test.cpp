@@ -1,0 +1,77 @@
+// `tandem serve` under mpirun: rank 0 serves HTTP and runs the engine, rank 1 follows its step
+// plans. Greedy answers equal the single-rank server's, concurrent requests work, and a signal to
+// mpirun shuts every rank down cleanly.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <future>
+#include <sstream>
+
+#include "server/server_fixture.h"
+
+namespace tandem::test {
+namespace {
+
+using nlohmann::json;
+
+std::string chat_body(const std::string& text, int max_tokens) {
+  return json{{"messages", {{{"role", "user"}, {"content", text}}}}, {"max_tokens", max_tokens}, {"temperature", 0}}.dump();
+}
+
+std::string answer(const ServerProcess& server, const std::string& text, int max_tokens) {
+  const HttpReply r = curl("-X POST " + server.base_url() + "/v1/chat/completions -H 'content-type: application/json' -d " +
+                           shell_quote(chat_body(text, max_tokens)));
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.status == 200 ? r.json()["choices"][0]["message"]["content"].get<std::string>() : std::string();
+}
+
+// The child of mpirun whose environment says OMPI_COMM_WORLD_RANK=0.
+int rank_zero_pid(int mpirun_pid) {
+  const CommandResult r = run("pgrep -P " + std::to_string(mpirun_pid));
+  std::istringstream pids(r.out);
+  for (int pid; pids >> pid;) {
+    std::string env;
+    try {
+      env = read_file("/proc/" + std::to_string(pid) + "/environ");
+    } catch (...) {
+      continue;
+    }
+    if (env.find(std::string("OMPI_COMM_WORLD_RANK=0") + '\0') != std::string::npos) return pid;
+  }
+  return -1;
+}
+
+TEST(ServerTensorParallel, TwoRanksAnswerLikeOne) {
+  if (run("command -v mpirun").exit_code != 0) GTEST_SKIP() << "mpirun not found (apt-get install openmpi-bin)";
+  const std::string model = demo_model_with_tokenizer();
+  if (model.empty()) GTEST_SKIP() << "the Gemma tokenizer is not available (npm unreachable)";
+  const std::vector<std::string> prompts = {"Hello there", "Tell me about the sea, the sky and the mountains.", "1 2 3"};
+
+  std::vector<std::string> single;
+  {
+    ServerProcess server;
+    server.start(model, {"--threads", "1", "--kv-memory", "512MiB"});
+    for (const auto& p : prompts) single.push_back(answer(server, p, 12));
+    EXPECT_EQ(server.stop(SIGTERM), 0);
+  }
+  std::vector<std::string> launcher = {"mpirun", "--oversubscribe", "-np", "2"};
+  if (::geteuid() == 0) launcher.push_back("--allow-run-as-root");
+  ServerProcess server;
+  server.start(model, {"--threads", "1", "--kv-memory", "512MiB"}, 180, launcher);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(answer(server, prompts[i], 12), single[i]) << prompts[i];
+  // Concurrent requests are batched into the same steps on both ranks.
+  std::vector<std::future<std::string>> together;
+  for (const auto& p : prompts) together.push_back(std::async(std::launch::async, [&, p] { return answer(server, p, 12); }));
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i].get(), single[i]) << prompts[i];
+  // SIGTERM to rank 0 alone: it stops serving, tells the follower to shut down, and the whole job
+  // (mpirun included) exits cleanly.
+  const int rank0 = rank_zero_pid(server.pid());
+  ASSERT_GT(rank0, 0);
+  ::kill(rank0, SIGTERM);
+  EXPECT_EQ(server.stop(0, 60), 0) << server.log();
+  EXPECT_NE(server.log().find("tandem: stopped"), std::string::npos) << server.log();
+}
+
+}  // namespace
+}  // namespace tandem::test
