@@ -4,11 +4,10 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "commands.h"
+#include "io/checkpoint.h"
 #include "core/error.h"
 #include "tokenizer/chat_format.h"
 
@@ -23,18 +22,6 @@ struct ChatTemplateArgs {
   bool preserve_thinking = false;
   bool no_generation_prompt = false;
 };
-
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read {}", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("{} is not valid JSON: {}", path, e.what());
-  }
-}
 
 void print_chat_template(const ChatTemplateArgs& args) {
   // The file holds either the messages array or a request-like {"messages": [...], "tools": [...]}.

@@ -3,12 +3,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "cli_common.h"
 #include "commands.h"
+#include "core/files.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
@@ -28,14 +27,6 @@ struct DetokenizeArgs {
   std::string ids;
   bool skip_special = false;
 };
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read {}", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 void print_json(const nlohmann::json& value) {
   const std::string text = value.dump() + "\n";

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/files.h"
 #include "io/safetensors.h"
 
 namespace tandem {
@@ -34,6 +35,5 @@ class CheckpointFiles {
 // Reads and parses a JSON file; Error naming the file if it is missing or malformed.
 nlohmann::json read_json_file(const std::string& path);
 std::optional<nlohmann::json> read_json_file_if_present(const std::string& path);
-bool file_exists(const std::string& path);
 
 }  // namespace tandem

@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "model/weights.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
@@ -29,21 +30,13 @@ constexpr size_t kChunkBytes = 64 << 20;  // input bytes of one chunk of rows
 
 enum class Action { Quantize, Copy, Drop };
 
-std::string text_prefix(const CheckpointFiles& files) {
-  for (const char* prefix : {"model.language_model.", "model."})
-    if (files.find(std::string(prefix) + "embed_tokens.weight")) return prefix;
-  fail("{}: no Gemma 4 text weights (neither model.language_model.embed_tokens.weight nor "
-       "model.embed_tokens.weight)",
-       files.dir());
-}
-
 // What happens to each tensor: the text model's 2-D linear weights are quantized; the other text
 // tensors (norms, layer_scalar, the PLE table embed_tokens_per_layer, whose rows are gathered and
 // never multiplied) are copied; vision/audio towers and KV-shared layers' k/v, which the loader
 // never reads, are dropped.
 class Plan {
  public:
-  Plan(const CheckpointFiles& files, const Gemma4Config& config) : prefix_(text_prefix(files)) {
+  Plan(const CheckpointFiles& files, const Gemma4Config& config) : prefix_(text_weight_prefix(files)) {
     for (const LayerConfig& lc : config.layers)
       if (lc.shares_kv) shared_kv_layers_.insert(int(&lc - config.layers.data()));
   }

@@ -144,10 +144,14 @@ std::vector<Tensor> tensor_list(const Preset& p) {
     const std::string b = kText + "layers." + std::to_string(i) + ".";
     norm(b + "input_layernorm.weight", H);
     linear(b + "self_attn.q_proj.weight", p.heads * D, H);
-    norm(b + "self_attn.q_norm.weight", D, 0.3f, 0.5f);  // keeps the unscaled attention logits moderate
+    // Gemma 4 does not scale q.k by 1/sqrt(D); small q/k norm weights keep the attention logits
+    // near unit spread at any head size (std ~ 0.4^2 * sqrt(32) for D = 32), as trained weights
+    // do. Larger logits make a random model chaotic: float32 rounding then decides greedy ties.
+    const float qk = std::sqrt(32.0f / float(D));
+    norm(b + "self_attn.q_norm.weight", D, 0.3f * qk, 0.5f * qk);
     linear(b + "self_attn.k_proj.weight", p.kv_heads * D, H);  // present but unused on shared layers
     linear(b + "self_attn.v_proj.weight", p.kv_heads * D, H);
-    norm(b + "self_attn.k_norm.weight", D, 0.3f, 0.5f);
+    norm(b + "self_attn.k_norm.weight", D, 0.3f * qk, 0.5f * qk);
     linear(b + "self_attn.o_proj.weight", H, p.heads * D);
     norm(b + "post_attention_layernorm.weight", H);
     norm(b + "pre_feedforward_layernorm.weight", H);

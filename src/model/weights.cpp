@@ -89,7 +89,9 @@ class Binder {
   std::string prefix_;
 };
 
-std::string find_prefix(const CheckpointFiles& files) {
+}  // namespace
+
+std::string text_weight_prefix(const CheckpointFiles& files) {
   for (const char* prefix : {"model.language_model.", "model."})
     if (files.find(std::string(prefix) + "embed_tokens.weight")) return prefix;
   fail("{}: no Gemma 4 text weights (neither model.language_model.embed_tokens.weight nor "
@@ -97,12 +99,10 @@ std::string find_prefix(const CheckpointFiles& files) {
        files.dir());
 }
 
-}  // namespace
-
 ModelWeights ModelWeights::bind(const CheckpointFiles& files, const Gemma4Config& c, const ShardPlan& plan) {
   plan.validate(c);
   ModelWeights w;
-  w.prefix = find_prefix(files);
+  w.prefix = text_weight_prefix(files);
   Binder b(files, c, w.prefix);
   const int64_t H = c.hidden_size, L = c.num_layers, P = c.ple_dim;
 

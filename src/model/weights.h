@@ -15,6 +15,9 @@ namespace tandem {
 
 using NormWeight = std::vector<float>;
 
+// "model.language_model." (multimodal checkpoints) or "model." (text-only exports); Error if neither.
+std::string text_weight_prefix(const CheckpointFiles& files);
+
 struct LayerWeights {
   NormWeight input_norm, post_attention_norm, pre_feedforward_norm, post_feedforward_norm;
   WeightMatrix q_proj, k_proj, v_proj, o_proj;  // k/v empty on KV-shared layers

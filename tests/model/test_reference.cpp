@@ -27,14 +27,7 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-std::vector<int32_t> pseudo_random_ids(int n, int vocab, uint32_t seed) {
-  std::vector<int32_t> ids = {2};
-  for (int i = 1; i < n; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    ids.push_back(int32_t(5 + (seed >> 8) % uint32_t(vocab - 5)));
-  }
-  return ids;
-}
+using test::pseudo_random_ids;
 
 TEST(ReferenceModel, MatchesGoldenLogits) {
   auto ckpt = Gemma4Checkpoint::open(test::golden_tiny_checkpoint());

@@ -17,14 +17,7 @@
 namespace tandem {
 namespace {
 
-std::vector<int32_t> pseudo_random_ids(int n, int vocab, uint32_t seed) {
-  std::vector<int32_t> ids = {2};
-  for (int i = 1; i < n; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    ids.push_back(int32_t(5 + (seed >> 8) % uint32_t(vocab - 5)));
-  }
-  return ids;
-}
+using test::pseudo_random_ids;
 
 // Collects one request's events and lets the test wait for its end.
 struct Collector {

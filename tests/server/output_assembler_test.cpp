@@ -12,7 +12,7 @@ namespace {
 class Assembler : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string path = test::gemma4_tokenizer_for_tests();
+    const std::string path = test::gemma4_tokenizer_path();
     if (!path.empty()) tokenizer_ = new Tokenizer(Tokenizer::from_file(path));
   }
   static void TearDownTestSuite() {

