@@ -95,6 +95,15 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
       ->check(CLI::IsMember({"cpu", "reference"}));
   cmd.add_option("--threads", o.threads, "Threads (default: all cores)");
   cmd.add_option("--kv-dtype", o.kv_dtype, "KV cache element type: f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  cmd.add_option("--weights", o.weights,
+                 "resident: copy the streamed weights into huge-page memory (fastest decode); mapped: use them "
+                 "in place from the file mappings (zero-copy, fastest start)")
+      ->check(CLI::IsMember({"resident", "mapped"}))
+      ->capture_default_str();
+}
+
+WeightResidency weight_residency(const std::string& option) {
+  return option == "mapped" ? WeightResidency::Mapped : WeightResidency::Resident;
 }
 
 LoadedModel load_model(const ModelOptions& o, int max_context) {
@@ -105,8 +114,10 @@ LoadedModel load_model(const ModelOptions& o, int max_context) {
   std::string dir = comm.rank() == 0 ? resolve_model_dir(o.model_dir) : std::string();
   comm.barrier();
   if (comm.rank() != 0) dir = resolve_model_dir(o.model_dir);
-  m.checkpoint = Gemma4Checkpoint::open(dir, ShardPlan{comm.rank(), comm.size()});
   m.pool = std::make_unique<ThreadPool>(o.threads > 0 ? o.threads : default_threads());
+  // The reference reads weights row by row, so copying them first would only cost time.
+  const WeightResidency residency = o.backend == "reference" ? WeightResidency::Mapped : weight_residency(o.weights);
+  m.checkpoint = Gemma4Checkpoint::open(dir, ShardPlan{comm.rank(), comm.size()}, residency, *m.pool, comm.rank() == 0);
   if (o.backend == "reference") {
     m.model = std::make_unique<ReferenceModel>(m.checkpoint->config, m.checkpoint->weights, m.pool.get());
   } else {

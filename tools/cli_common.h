@@ -45,7 +45,9 @@ struct ModelOptions {
   std::string backend = "cpu";  // cpu | reference
   int threads = 0;
   std::string kv_dtype = "f32";
+  std::string weights = "resident";  // resident | mapped
 };
+WeightResidency weight_residency(const std::string& option);
 void add_model_options(CLI::App& cmd, ModelOptions& options);
 LoadedModel load_model(const ModelOptions& options, int max_context);
 

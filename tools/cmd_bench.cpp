@@ -46,9 +46,10 @@ void bench(const BenchOptions& o) {
   if (o.prompt < 1 || o.gen < 1 || o.batch < 1) fail("--prompt, --gen and --batch must be positive");
   Communicator& comm = world();
   TimedCommunicator timed(comm);
-  auto ckpt = Gemma4Checkpoint::open(resolve_model_dir(o.model.model_dir), ShardPlan{comm.rank(), comm.size()});
-  const Gemma4Config& c = ckpt->config;
   ThreadPool pool(o.model.threads > 0 ? o.model.threads : default_threads());
+  auto ckpt = Gemma4Checkpoint::open(resolve_model_dir(o.model.model_dir), ShardPlan{comm.rank(), comm.size()},
+                                     weight_residency(o.model.weights), pool, comm.rank() == 0);
+  const Gemma4Config& c = ckpt->config;
   cpu::CpuOps ops(pool);
 
   // Bandwidth first, with every rank on this machine reading at once, as they do when decoding.
@@ -56,7 +57,7 @@ void bench(const BenchOptions& o) {
   const double read_bw = measure_read_bandwidth_gb_s(pool, size_t(1) << 30, 3);
   comm.barrier();
 
-  const int step_tokens = std::max(o.prompt, o.batch);
+  const int step_tokens = std::max({o.prompt, 16 * o.batch});  // the warm-up and batch prompts are 16 tokens
   KvCacheOptions kv;
   kv.block_size = 16;
   kv.dtype = o.model.kv_dtype == "bf16" ? KvDType::BF16 : KvDType::F32;
@@ -103,7 +104,7 @@ void bench(const BenchOptions& o) {
   // Batched decode: --batch sequences step together, weights read once per step for all.
   std::vector<KvSequenceBlocks> many(size_t(o.batch));
   std::vector<std::vector<int32_t>> many_tokens;
-  for (int s = 0; s < o.batch; ++s) many_tokens.push_back(bench_prompt(32, c.vocab_size, 10 + uint32_t(s)));
+  for (int s = 0; s < o.batch; ++s) many_tokens.push_back(bench_prompt(16, c.vocab_size, 10 + uint32_t(s)));
   run(many, many_tokens);
   const int batch_steps = std::max(4, o.gen / 4);
   t0 = now();
@@ -111,9 +112,13 @@ void bench(const BenchOptions& o) {
   const double batch_tok_s = double(batch_steps) * o.batch / (now() - t0);
   for (auto& s : many) cache.release(s);
 
+  // Peak RSS of every rank (each holds its own slices of the weights).
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  const double peak_rss = double(usage.ru_maxrss) * 1024.0;
+  std::vector<float> rss_gb(size_t(comm.size()), 0.0f);
+  rss_gb[size_t(comm.rank())] = float(double(usage.ru_maxrss) * 1024.0 / 1e9);
+  comm.all_reduce_sum(rss_gb.data(), rss_gb.size());
+  const double peak_rss = double(rss_gb[0]) * 1e9;
   const double bytes_per_token = double(ckpt->weights.streamed_bytes_per_token());
   // Every rank streams its share at the same time: the job's rate is the sum over ranks.
   std::vector<float> per_rank(size_t(comm.size()), 0.0f);
@@ -130,6 +135,7 @@ void bench(const BenchOptions& o) {
         {"decode_tok_s", decode_tok_s},
         {"ttft_s", ttft},
         {"peak_rss_bytes", peak_rss},
+        {"peak_rss_gb_per_rank", rss_gb},
         {"weight_bytes_per_token", job_bytes_per_token},
         {"read_bw_gb_s", read_bw},
         {"roofline", roofline},
@@ -140,12 +146,13 @@ void bench(const BenchOptions& o) {
         {"comm_s_per_token", comm_per_token},
         {"isa", std::string(isa_name(ops.kernels().isa))},
         {"weights", std::string(weight_format_name(ckpt->weights.layers[0].gate_proj.format))},
+        {"residency", o.model.weights},
     };
     fmt::print("{}\n", j.dump());
     return;
   }
-  fmt::print("model           {} ({} weights, {} ranks x {} threads, {})\n", ckpt->dir,
-             weight_format_name(ckpt->weights.layers[0].gate_proj.format), comm.size(), pool.size(),
+  fmt::print("model           {} ({} weights, {}, {} ranks x {} threads, {})\n", ckpt->dir,
+             weight_format_name(ckpt->weights.layers[0].gate_proj.format), o.model.weights, comm.size(), pool.size(),
              isa_name(ops.kernels().isa));
   fmt::print("prefill         {:.1f} tok/s ({} tokens, time to first token {:.3f} s)\n", o.prompt / ttft, o.prompt, ttft);
   fmt::print("decode          {:.2f} tok/s ({} tokens)\n", decode_tok_s, o.gen);
@@ -154,7 +161,7 @@ void bench(const BenchOptions& o) {
   fmt::print("weights/token   {:.3f} GB streamed\n", job_bytes_per_token / 1e9);
   fmt::print("read bandwidth  {:.1f} GB/s (measured now)\n", read_bw);
   fmt::print("roofline        {:.2f} (decode bytes/s over read bandwidth)\n", roofline);
-  fmt::print("peak RSS        {:.2f} GB (rank 0)\n", peak_rss / 1e9);
+  fmt::print("peak RSS        {:.2f} GB per rank\n", fmt::join(rss_gb, " / "));
   if (comm.size() > 1) fmt::print("communication   {:.2f} ms per decoded token\n", comm_per_token * 1e3);
 }
 

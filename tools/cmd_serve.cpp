@@ -45,6 +45,7 @@ struct ServeOptions {
   int ctx_size = 0;
   int max_step_tokens = 256;
   std::string kv_dtype = "f32";
+  std::string weights = "resident";
   std::string served_model_name;
   std::string max_body_bytes = "16MiB";
   int http_threads = 0;
@@ -194,12 +195,13 @@ void serve(const ServeOptions& o) {
                                : "Copy the tokenizer.json of the Hugging Face checkpoint into that folder.");
     tokenizer = Tokenizer::from_file(tokenizer_file);
   }
-  auto checkpoint = Gemma4Checkpoint::open(dir, ShardPlan{comm.rank(), comm.size()});
+  ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
+  auto checkpoint = Gemma4Checkpoint::open(dir, ShardPlan{comm.rank(), comm.size()}, weight_residency(o.weights), pool,
+                                           /*show_progress=*/leader);
   if (tokenizer && tokenizer->vocab_size() > checkpoint->config.vocab_size)
     fmt::print(stderr, "tandem: warning: the tokenizer has {} ids but the model only {}; prompts with the extra "
                "ids will be refused\n", tokenizer->vocab_size(), checkpoint->config.vocab_size);
 
-  ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
   cpu::CpuOps ops(pool);
   EngineOptions engine_options;
   engine_options.worker.max_slots = o.parallel;
@@ -273,6 +275,11 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--kv-memory", o->kv_memory, "KV cache budget, e.g. 2GiB (default: a quarter of RAM, 1 to 16 GiB)");
   cmd->add_option("--ctx-size", o->ctx_size, "Context limit in tokens (default: the model's, limited by the KV cache)");
   cmd->add_option("--max-step-tokens", o->max_step_tokens, "Tokens per engine step (prefill chunks plus decodes)")
+      ->capture_default_str();
+  cmd->add_option("--weights", o->weights,
+                  "resident: copy the streamed weights into huge-page memory (fastest decode); mapped: use them "
+                  "in place from the file mappings (zero-copy, fastest start)")
+      ->check(CLI::IsMember({"resident", "mapped"}))
       ->capture_default_str();
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))

@@ -15,9 +15,19 @@ enum class KvDType : uint8_t { F32, BF16 };
 size_t kv_dtype_size(KvDType dtype);
 std::string_view kv_dtype_name(KvDType dtype);
 
-// One layer's paged K/V storage. Element (block b, KV head g, slot s, dim d) of keys (or values)
-// sits at base + b * block_stride + g * head_stride + s * head_dim + d.
+// One layer's paged K/V storage. Values: element (block b, KV head g, slot s, dim d) sits at
+// values + b * block_stride + g * head_stride + s * head_dim + d. Keys are stored transposed within
+// a block, at keys + b * block_stride + g * head_stride + d * block_size + s: one dimension of a
+// block's keys is then one contiguous vector (16 keys = one AVX-512 register), which is what the
+// attention kernels multiply the queries against.
 struct KvLayerView {
+  int64_t key_offset(int64_t block, int kv_head, int slot, int dim) const {
+    return block * block_stride + kv_head * head_stride + int64_t(dim) * block_size + slot;
+  }
+  int64_t value_offset(int64_t block, int kv_head, int slot) const {
+    return block * block_stride + kv_head * head_stride + int64_t(slot) * head_dim;
+  }
+
   void* keys = nullptr;
   void* values = nullptr;
   KvDType dtype = KvDType::F32;

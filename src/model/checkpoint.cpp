@@ -14,4 +14,13 @@ std::unique_ptr<Gemma4Checkpoint> Gemma4Checkpoint::open(const std::string& dir,
   return std::unique_ptr<Gemma4Checkpoint>(new Gemma4Checkpoint(dir, plan));
 }
 
+std::unique_ptr<Gemma4Checkpoint> Gemma4Checkpoint::open(const std::string& dir, const ShardPlan& plan,
+                                                         WeightResidency residency, ThreadPool& pool,
+                                                         bool show_progress) {
+  auto checkpoint = open(dir, plan);
+  if (residency == WeightResidency::Resident)
+    checkpoint->resident = ResidentWeights::load(checkpoint->weights, checkpoint->files, pool, show_progress);
+  return checkpoint;
+}
+
 }  // namespace tandem

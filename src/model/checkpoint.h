@@ -5,11 +5,17 @@
 #include <string>
 
 #include "io/checkpoint.h"
+#include "core/thread_pool.h"
 #include "model/config.h"
+#include "model/resident_weights.h"
 #include "model/shard_plan.h"
 #include "model/weights.h"
 
 namespace tandem {
+
+// Mapped: weights are used in place from the file mappings (zero-copy; fast to open).
+// Resident: the matrices decoding streams are copied into huge-page memory (see resident_weights.h).
+enum class WeightResidency { Mapped, Resident };
 
 struct Gemma4Checkpoint {
   std::string dir;
@@ -18,8 +24,12 @@ struct Gemma4Checkpoint {
   CheckpointFiles files;
   ModelWeights weights;
   ShardPlan plan;
+  std::unique_ptr<ResidentWeights> resident;  // set when opened Resident
 
   static std::unique_ptr<Gemma4Checkpoint> open(const std::string& dir, const ShardPlan& plan = {});
+  // Opens, then makes the streamed weights resident with `pool`'s threads.
+  static std::unique_ptr<Gemma4Checkpoint> open(const std::string& dir, const ShardPlan& plan,
+                                                WeightResidency residency, ThreadPool& pool, bool show_progress);
 
  private:
   Gemma4Checkpoint(const std::string& dir, const ShardPlan& plan);

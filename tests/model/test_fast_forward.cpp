@@ -204,5 +204,39 @@ TEST(FastForwardErrors, TooManyTokensOrUnreservedBlocks) {
   EXPECT_THROW(model.forward(std::span(&unreserved, 1)), Error);
 }
 
+// Resident weights are byte copies of the mapped ones, so the logits must be bit-identical, for
+// every rank's shard of a tensor-parallel plan too (each rank copies only its own slices).
+TEST(ResidentWeights, GiveBitIdenticalLogitsToMappedWeights) {
+  const std::string dir = test::synth_checkpoint("tiny-e2b");
+  const auto ids = pseudo_random_ids(20, 512, 5);
+  ThreadPool pool(2);
+  cpu::CpuOps ops(pool);
+  LocalCommunicator comm;
+  for (const ShardPlan plan : {ShardPlan{0, 1}, ShardPlan{1, 2}}) {
+    auto mapped = Gemma4Checkpoint::open(dir, plan, WeightResidency::Mapped, pool, false);
+    auto resident = Gemma4Checkpoint::open(dir, plan, WeightResidency::Resident, pool, false);
+    EXPECT_EQ(mapped->resident, nullptr);
+    ASSERT_NE(resident->resident, nullptr);
+    EXPECT_GT(resident->resident->bytes(), 0u);
+    EXPECT_NE(resident->weights.layers[0].q_proj.data, mapped->weights.layers[0].q_proj.data);
+    if (plan.size == 1) {
+      FastSequenceModel a(*mapped, ops, comm, 64, 8), b(*resident, ops, comm, 64, 8);
+      const auto la = a.forward(ids, true), lb = b.forward(ids, true);
+      ASSERT_EQ(la.size(), lb.size());
+      for (size_t p = 0; p < la.size(); ++p) EXPECT_EQ(la[p], lb[p]) << "position " << p;
+    } else {
+      const auto& m = mapped->weights.layers[0].gate_proj;
+      const auto& r = resident->weights.layers[0].gate_proj;
+      ASSERT_EQ(m.rows, r.rows);
+      std::vector<float> rm(size_t(m.cols)), rr(size_t(r.cols));
+      for (int64_t row = 0; row < m.rows; ++row) {
+        m.row_to_float(row, rm.data());
+        r.row_to_float(row, rr.data());
+        ASSERT_EQ(rm, rr) << "row " << row;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem

@@ -73,18 +73,20 @@ void CpuOps::store_kv(const KvLayerView& kv, const KvSequence& seq, const float*
   for (int r = 0; r < seq.rows; ++r) {
     const int32_t p = seq.positions[r];
     const int64_t block = seq.blocks[p / kv.block_size - seq.first_logical_block];
+    const int slot = p % kv.block_size;
     for (int g = 0; g < kv.kv_heads; ++g) {
-      const int64_t offset = block * kv.block_stride + g * kv.head_stride + int64_t(p % kv.block_size) * D;
       const float* ks = k + int64_t(seq.first_row + r) * k_stride + int64_t(g) * D;
       const float* vs = v + int64_t(seq.first_row + r) * v_stride + int64_t(g) * D;
+      const int64_t key0 = kv.key_offset(block, g, slot, 0), value0 = kv.value_offset(block, g, slot);
       if (kv.dtype == KvDType::F32) {
-        std::memcpy(static_cast<float*>(kv.keys) + offset, ks, size_t(D) * 4);
-        std::memcpy(static_cast<float*>(kv.values) + offset, vs, size_t(D) * 4);
+        float* kd = static_cast<float*>(kv.keys);
+        for (int d = 0; d < D; ++d) kd[key0 + int64_t(d) * kv.block_size] = ks[d];  // transposed
+        std::memcpy(static_cast<float*>(kv.values) + value0, vs, size_t(D) * 4);
       } else {
-        uint16_t* kd = static_cast<uint16_t*>(kv.keys) + offset;
-        uint16_t* vd = static_cast<uint16_t*>(kv.values) + offset;
+        uint16_t* kd = static_cast<uint16_t*>(kv.keys);
+        uint16_t* vd = static_cast<uint16_t*>(kv.values) + value0;
         for (int d = 0; d < D; ++d) {
-          kd[d] = f32_to_bf16(ks[d]);
+          kd[key0 + int64_t(d) * kv.block_size] = f32_to_bf16(ks[d]);
           vd[d] = f32_to_bf16(vs[d]);
         }
       }

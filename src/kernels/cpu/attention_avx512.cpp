@@ -1,0 +1,154 @@
+// The AVX-512 attention item kernel for KV blocks of 16 keys. Keys are stored transposed within a
+// block, so one dimension of the block's 16 keys is one register: the scores of a query against a
+// whole block take head_dim FMAs with the query element broadcast, no horizontal sums. The online
+// softmax then runs per block (one max, one rescale), and the values are accumulated 16 dimensions
+// at a time for up to 8 queries sharing each loaded value vector.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/attention_item.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace tandem::cpu::attention {
+
+namespace {
+
+constexpr int kBlock = 16;
+
+// Local helpers rather than std::min/max: templates instantiated under the AVX-512 target pragma
+// could be emitted as weak symbols and picked by the linker for code that runs on any CPU.
+inline int imin(int a, int b) { return a < b ? a : b; }
+inline int imax(int a, int b) { return a > b ? a : b; }
+constexpr int kQueries = 8;  // queries sharing a pass over the keys
+
+// exp(x) for x <= 0 (scores minus their running max): 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2],
+// p a degree-6 polynomial; relative error ~2e-7. Very negative inputs give 0.
+inline __m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+template <KvDType T>
+inline __m512 load16(const void* base, int64_t offset);
+template <>
+inline __m512 load16<KvDType::F32>(const void* base, int64_t offset) {
+  return _mm512_loadu_ps(static_cast<const float*>(base) + offset);
+}
+template <>
+inline __m512 load16<KvDType::BF16>(const void* base, int64_t offset) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + offset));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+template <KvDType T>
+void run(const AttentionBatch& b, const WorkItem& item, State* states) {
+  const KvSequence& seq = b.sequences[size_t(item.seq)];
+  const KvLayerView& kv = b.kv;
+  const int D = kv.head_dim;
+  int heads[kMaxHeads];
+  const int n_heads = heads_of(b, item.kv_head, heads);
+  const int rows = item.row_end - item.row_begin;
+  const int nq = rows * n_heads;
+  const float* qp[kRowTile * kMaxHeads];
+  int lo[kRowTile * kMaxHeads], hi[kRowTile * kMaxHeads];  // visible key range of each query
+  for (int r = 0; r < rows; ++r) {
+    const int p = seq.positions[item.row_begin + r];
+    const int64_t row = seq.first_row + item.row_begin + r;
+    for (int i = 0; i < n_heads; ++i) {
+      const int q = r * n_heads + i;
+      qp[q] = b.q + row * b.q_stride + int64_t(heads[i]) * D;
+      lo[q] = imax(item.key_begin, b.window > 0 ? p - b.window + 1 : 0);
+      hi[q] = imin(p, item.key_end - 1);
+      states[q].max = -INFINITY;
+      states[q].sum = 0.0f;
+      std::memset(states[q].acc, 0, size_t(D) * sizeof(float));
+    }
+  }
+  alignas(64) float weights[kQueries][kBlock];
+  for (int q0 = 0; q0 < nq; q0 += kQueries) {
+    const int qc = imin(kQueries, nq - q0);
+    int chunk_lo = item.key_end, chunk_hi = -1;
+    for (int c = 0; c < qc; ++c) {
+      chunk_lo = imin(chunk_lo, lo[q0 + c]);
+      chunk_hi = imax(chunk_hi, hi[q0 + c]);
+    }
+    for (int blk = chunk_lo / kBlock; chunk_hi >= chunk_lo && blk <= chunk_hi / kBlock; ++blk) {
+      const int64_t phys = seq.blocks[blk - seq.first_logical_block];
+      const int64_t k0 = kv.key_offset(phys, item.kv_head, 0, 0);
+      const int64_t v0 = kv.value_offset(phys, item.kv_head, 0);
+      __m512 s[kQueries];
+      for (int c = 0; c < kQueries; ++c) s[c] = _mm512_setzero_ps();
+      for (int d = 0; d < D; ++d) {
+        const __m512 keys = load16<T>(kv.keys, k0 + int64_t(d) * kBlock);
+#pragma GCC unroll 8
+        for (int c = 0; c < kQueries; ++c)
+          if (c < qc) s[c] = _mm512_fmadd_ps(_mm512_set1_ps(qp[q0 + c][d]), keys, s[c]);
+      }
+      const int base = blk * kBlock;
+      for (int c = 0; c < qc; ++c) {
+        const int first = imax(lo[q0 + c] - base, 0), last = imin(hi[q0 + c] - base, kBlock - 1);
+        if (first > last) {
+          std::memset(weights[c], 0, sizeof weights[c]);
+          continue;
+        }
+        const __mmask16 mask = __mmask16(((1u << (last + 1)) - 1) & ~((1u << first) - 1));
+        State& st = states[q0 + c];
+        const float block_max = _mm512_mask_reduce_max_ps(mask, s[c]);
+        if (block_max > st.max) {
+          const float rescale = std::exp(st.max - block_max);  // 0 on the first visible block
+          st.sum *= rescale;
+          const __m512 r = _mm512_set1_ps(rescale);
+          for (int d = 0; d < D; d += 16) _mm512_storeu_ps(st.acc + d, _mm512_mul_ps(_mm512_loadu_ps(st.acc + d), r));
+          st.max = block_max;
+        }
+        const __m512 e = _mm512_maskz_mov_ps(mask, exp_nonpositive(_mm512_sub_ps(s[c], _mm512_set1_ps(st.max))));
+        st.sum += _mm512_reduce_add_ps(e);
+        _mm512_store_ps(weights[c], e);
+      }
+      for (int d = 0; d < D; d += 16) {
+        __m512 acc[kQueries];
+        for (int c = 0; c < qc; ++c) acc[c] = _mm512_loadu_ps(states[q0 + c].acc + d);
+        for (int slot = 0; slot < kBlock; ++slot) {
+          const __m512 v = load16<T>(kv.values, v0 + int64_t(slot) * D + d);
+#pragma GCC unroll 8
+          for (int c = 0; c < kQueries; ++c)
+            if (c < qc) acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(weights[c][slot]), v, acc[c]);
+        }
+        for (int c = 0; c < qc; ++c) _mm512_storeu_ps(states[q0 + c].acc + d, acc[c]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool avx512_item_supported(const KvLayerView& kv) { return kv.block_size == kBlock && kv.head_dim % 16 == 0; }
+
+void avx512_item(const KernelTable&, const AttentionBatch& b, const WorkItem& item, State* states, float*) {
+  if (b.kv.dtype == KvDType::F32) run<KvDType::F32>(b, item, states);
+  else run<KvDType::BF16>(b, item, states);
+}
+
+}  // namespace tandem::cpu::attention
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options

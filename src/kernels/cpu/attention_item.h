@@ -1,0 +1,46 @@
+#pragma once
+// Internals of the paged attention: the unit of work (rows of one sequence against one KV head over
+// a key range) and the running softmax state each query keeps. One item kernel per instruction set.
+#include "kernels/cpu/kernels.h"
+#include "kernels/ops.h"
+
+namespace tandem::cpu::attention {
+
+constexpr int kRowTile = 8;     // query rows per work item
+constexpr int kMaxHeads = 64;   // query heads per KV head
+
+struct WorkItem {
+  int seq;        // index into batch.sequences
+  int kv_head;    // local KV head
+  int row_begin;  // rows of the sequence, relative to its first_row
+  int row_end;
+  int key_begin;  // key positions [key_begin, key_end) this item covers
+  int key_end;
+  int split;      // -1: writes the output directly; else index of its partial-state slot
+};
+
+// Running softmax state of one (row, head): max score, sum of exponentials, weighted value sum.
+struct State {
+  float max;
+  float sum;
+  float* acc;
+};
+
+// The local query heads that read `kv_head`; returns how many.
+int heads_of(const AttentionBatch& b, int kv_head, int* heads);
+
+// Whether query position p sees key position j.
+inline bool visible(const AttentionBatch& b, int p, int j) { return j <= p && (b.window == 0 || j > p - b.window); }
+
+// Fills states[r * n_heads + i] for the item's rows r and heads i (accumulators unnormalized).
+// `scratch` holds at least 2 * head_dim + 16 * kMaxHeads floats.
+using ItemKernel = void (*)(const KernelTable& k, const AttentionBatch& b, const WorkItem& item, State* states,
+                            float* scratch);
+
+void generic_item(const KernelTable& k, const AttentionBatch& b, const WorkItem& item, State* states, float* scratch);
+// AVX-512, for KV blocks of 16 keys and head sizes divisible by 16; nullptr-free: check with
+// avx512_item_supported() first.
+void avx512_item(const KernelTable& k, const AttentionBatch& b, const WorkItem& item, State* states, float* scratch);
+bool avx512_item_supported(const KvLayerView& kv);
+
+}  // namespace tandem::cpu::attention

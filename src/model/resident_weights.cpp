@@ -1,0 +1,166 @@
+#include "model/resident_weights.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "core/error.h"
+#include "core/progress.h"
+
+namespace tandem {
+
+namespace {
+
+constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kAlign = 64;
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Where a pointer into a mapped checkpoint file comes from.
+struct FileSpan {
+  int fd = -1;
+  std::string path;
+  const uint8_t* base = nullptr;
+  size_t size = 0;
+};
+
+// One strided region to copy into a contiguous destination: `rows` rows of `row_bytes`, `stride`
+// apart in the file (a column slice under tensor parallelism has stride > row_bytes).
+struct CopyJob {
+  const FileSpan* file;
+  size_t offset;
+  size_t rows, row_bytes, stride;
+  uint8_t* dest;
+  size_t bytes() const { return rows * row_bytes; }
+};
+
+void pread_all(const FileSpan& f, uint8_t* dest, size_t n, size_t offset) {
+  while (n > 0) {
+    const ssize_t got = ::pread(f.fd, dest, std::min(n, size_t(1) << 30), off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) fail("{}: read failed at offset {}: {}", f.path, offset, got < 0 ? std::strerror(errno) : "end of file");
+    dest += got;
+    offset += size_t(got);
+    n -= size_t(got);
+  }
+}
+
+void run_job(const CopyJob& job) {
+  if (job.stride == job.row_bytes) {
+    pread_all(*job.file, job.dest, job.bytes(), job.offset);
+    return;
+  }
+  for (size_t r = 0; r < job.rows; ++r)
+    pread_all(*job.file, job.dest + r * job.row_bytes, job.row_bytes, job.offset + r * job.stride);
+}
+
+}  // namespace
+
+ResidentWeights::~ResidentWeights() {
+  if (memory_) ::munmap(memory_, mapped_bytes_);
+}
+
+std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const CheckpointFiles& files, ThreadPool& pool,
+                                                       bool show_progress) {
+  std::vector<FileSpan> spans;
+  for (const auto& f : files.files()) {
+    FileSpan s;
+    s.path = f->path();
+    s.base = f->mapping().data();
+    s.size = f->mapping().size();
+    s.fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (s.fd < 0) fail("{}: cannot open: {}", s.path, std::strerror(errno));
+    spans.push_back(s);
+  }
+  struct CloseFiles {
+    std::vector<FileSpan>& spans;
+    ~CloseFiles() {
+      for (auto& s : spans) ::close(s.fd);
+    }
+  } close_files{spans};
+  auto span_of = [&](const uint8_t* p) -> const FileSpan& {
+    for (const FileSpan& s : spans)
+      if (p >= s.base && p < s.base + s.size) return s;
+    fail("a weight does not point into any checkpoint file");
+  };
+
+  // Every matrix decoding streams; the LM head shares its tensor with the embedding at TP=1.
+  std::vector<WeightMatrix*> matrices = {&w.lm_head, &w.ple_model_projection};
+  for (LayerWeights& l : w.layers)
+    for (WeightMatrix* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
+                            &l.ple_gate, &l.ple_projection})
+      matrices.push_back(m);
+  std::erase_if(matrices, [](const WeightMatrix* m) { return m->empty(); });
+  const bool embed_is_lm_head = w.embed.data == w.lm_head.data && w.embed.rows == w.lm_head.rows;
+
+  // Lay the copies out: data then scales of each matrix, each 64-byte aligned.
+  struct Placement {
+    WeightMatrix* matrix;
+    size_t data_at, scales_at;
+  };
+  std::vector<Placement> placements;
+  size_t total = 0;
+  for (WeightMatrix* m : matrices) {
+    Placement p{m, total, 0};
+    total = round_up(total + size_t(m->rows) * size_t(row_bytes(m->format, m->cols)), kAlign);
+    if (m->scales) {
+      p.scales_at = total;
+      total = round_up(total + size_t(m->rows) * size_t(m->cols / kQuantBlock) * 2, kAlign);
+    }
+    placements.push_back(p);
+  }
+
+  std::unique_ptr<ResidentWeights> r(new ResidentWeights());
+  r->mapped_bytes_ = round_up(total, kHugePage) + kHugePage;
+  void* raw = ::mmap(nullptr, r->mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) fail("cannot reserve {:.2f} GB for the weights", total / 1e9);
+  r->memory_ = raw;
+  uint8_t* base = reinterpret_cast<uint8_t*>(round_up(reinterpret_cast<uintptr_t>(raw), kHugePage));
+  ::madvise(base, round_up(total, kHugePage), MADV_HUGEPAGE);  // best effort: fewer TLB misses
+  r->bytes_ = total;
+
+  std::vector<CopyJob> jobs;
+  for (const Placement& p : placements) {
+    WeightMatrix& m = *p.matrix;
+    const size_t rb = size_t(row_bytes(m.format, m.cols));
+    const FileSpan& f = span_of(m.data);
+    jobs.push_back({&f, size_t(m.data - f.base), size_t(m.rows), rb, size_t(m.row_stride), base + p.data_at});
+    if (m.scales) {
+      const FileSpan& sf = span_of(m.scales);
+      const size_t sb = size_t(m.cols / kQuantBlock) * 2;
+      jobs.push_back({&sf, size_t(m.scales - sf.base), size_t(m.rows), sb, size_t(m.scale_stride), base + p.scales_at});
+    }
+  }
+  // Big jobs first, then hand them out to threads in turn: roughly balanced, no locking.
+  std::sort(jobs.begin(), jobs.end(), [](const CopyJob& a, const CopyJob& b) { return a.bytes() > b.bytes(); });
+  Progress progress("loading weights", show_progress ? total : 0);
+  std::mutex progress_mutex;
+  pool.run([&](int t, int nt) {
+    for (size_t i = size_t(t); i < jobs.size(); i += size_t(nt)) {
+      run_job(jobs[i]);
+      std::lock_guard lock(progress_mutex);
+      if (show_progress) progress.advance(jobs[i].bytes());
+    }
+  });
+  progress.finish();
+
+  for (const Placement& p : placements) {
+    WeightMatrix& m = *p.matrix;
+    m.data = base + p.data_at;
+    m.row_stride = row_bytes(m.format, m.cols);
+    if (m.scales) {
+      m.scales = base + p.scales_at;
+      m.scale_stride = (m.cols / kQuantBlock) * 2;
+    }
+  }
+  if (embed_is_lm_head) w.embed = w.lm_head;
+  return r;
+}
+
+}  // namespace tandem

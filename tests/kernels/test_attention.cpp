@@ -1,0 +1,142 @@
+// Paged attention against a plain double-precision softmax over the same keys: every kernel the
+// CPU has, causal and sliding windows, several sequences and row tiles, split key ranges for
+// long single-row decodes, f32 and bf16 KV, grouped query heads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/dtype.h"
+#include "kernels/cpu/attention.h"
+
+namespace tandem::cpu {
+namespace {
+
+struct Case {
+  int block_size, head_dim, kv_heads, group, window;
+  KvDType dtype;
+  std::vector<std::pair<int, int>> sequences;  // (rows, first position) per sequence
+  int threads;
+};
+
+void check(const Case& c, const KernelTable& kernels) {
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  const int D = c.head_dim, q_heads = c.kv_heads * c.group;
+  int max_pos = 0, total_rows = 0;
+  for (auto [rows, first] : c.sequences) {
+    max_pos = std::max(max_pos, first + rows);
+    total_rows += rows;
+  }
+  const int blocks_per_seq = (max_pos + c.block_size - 1) / c.block_size;
+  const int n_seq = int(c.sequences.size());
+  KvLayerView kv;
+  kv.dtype = c.dtype;
+  kv.block_size = c.block_size;
+  kv.head_dim = D;
+  kv.kv_heads = c.kv_heads;
+  kv.head_stride = int64_t(c.block_size) * D;
+  kv.block_stride = kv.head_stride * c.kv_heads;
+  const size_t elems = size_t(kv.block_stride) * size_t(blocks_per_seq * n_seq);
+  std::vector<float> keys_f(elems), values_f(elems);
+  std::vector<uint16_t> keys_h(elems), values_h(elems);
+  // Logical key value (seq, pos, head, d), kept in float for the expected result (rounded to bf16
+  // when the cache is bf16, so both sides see the same numbers).
+  auto round = [&](float v) { return c.dtype == KvDType::BF16 ? bf16_to_f32(f32_to_bf16(v)) : v; };
+  std::vector<float> key_of(size_t(n_seq) * max_pos * c.kv_heads * D), value_of(key_of.size());
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(n_seq));
+  for (int s = 0; s < n_seq; ++s)
+    for (int b = 0; b < blocks_per_seq; ++b) tables[size_t(s)].push_back((b * n_seq + s + 3) % (blocks_per_seq * n_seq));
+  for (int s = 0; s < n_seq; ++s)
+    for (int p = 0; p < max_pos; ++p)
+      for (int g = 0; g < c.kv_heads; ++g)
+        for (int d = 0; d < D; ++d) {
+          const size_t at = ((size_t(s) * max_pos + p) * c.kv_heads + g) * D + d;
+          key_of[at] = round(normal(rng));
+          value_of[at] = round(normal(rng));
+          const int64_t block = tables[size_t(s)][size_t(p / c.block_size)];
+          const int64_t ko = kv.key_offset(block, g, p % c.block_size, d);
+          const int64_t vo = kv.value_offset(block, g, p % c.block_size) + d;
+          keys_f[size_t(ko)] = key_of[at];
+          values_f[size_t(vo)] = value_of[at];
+          keys_h[size_t(ko)] = f32_to_bf16(key_of[at]);
+          values_h[size_t(vo)] = f32_to_bf16(value_of[at]);
+        }
+  kv.keys = c.dtype == KvDType::F32 ? static_cast<void*>(keys_f.data()) : keys_h.data();
+  kv.values = c.dtype == KvDType::F32 ? static_cast<void*>(values_f.data()) : values_h.data();
+
+  std::vector<float> q(size_t(total_rows) * q_heads * D), out(q.size(), -1.0f);
+  for (float& v : q) v = normal(rng);
+  std::vector<std::vector<int32_t>> positions(static_cast<size_t>(n_seq));
+  std::vector<KvSequence> seqs;
+  int row = 0;
+  for (int s = 0; s < n_seq; ++s) {
+    auto [rows, first] = c.sequences[size_t(s)];
+    for (int r = 0; r < rows; ++r) positions[size_t(s)].push_back(first + r);
+    KvSequence ks;
+    ks.first_row = row;
+    ks.rows = rows;
+    ks.positions = positions[size_t(s)].data();
+    ks.blocks = tables[size_t(s)].data();
+    seqs.push_back(ks);
+    row += rows;
+  }
+  AttentionBatch b;
+  b.q = q.data();
+  b.q_stride = int64_t(q_heads) * D;
+  b.out = out.data();
+  b.out_stride = b.q_stride;
+  b.q_heads = q_heads;
+  b.group = c.group;
+  b.window = c.window;
+  b.kv = kv;
+  b.sequences = seqs;
+  ThreadPool pool(c.threads);
+  std::vector<float> scratch;
+  paged_attention(pool, kernels, b, scratch);
+
+  for (int s = 0; s < n_seq; ++s)
+    for (int r = 0; r < seqs[size_t(s)].rows; ++r) {
+      const int p = positions[size_t(s)][size_t(r)];
+      const int64_t out_row = seqs[size_t(s)].first_row + r;
+      for (int h = 0; h < q_heads; ++h) {
+        const int g = h / c.group;
+        const float* qv = q.data() + out_row * b.q_stride + h * D;
+        std::vector<double> scores;
+        const int lo = c.window > 0 ? std::max(0, p - c.window + 1) : 0;
+        for (int j = lo; j <= p; ++j) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d) dot += double(qv[d]) * key_of[((size_t(s) * max_pos + j) * c.kv_heads + g) * D + d];
+          scores.push_back(dot);
+        }
+        const double mx = *std::max_element(scores.begin(), scores.end());
+        double total = 0;
+        for (double& v : scores) total += (v = std::exp(v - mx));
+        for (int d = 0; d < D; ++d) {
+          double expected = 0;
+          for (int j = lo; j <= p; ++j)
+            expected += scores[size_t(j - lo)] / total * value_of[((size_t(s) * max_pos + j) * c.kv_heads + g) * D + d];
+          ASSERT_NEAR(out[size_t(out_row * b.q_stride + h * D + d)], expected, 2e-5)
+              << isa_name(kernels.isa) << " seq " << s << " pos " << p << " head " << h << " dim " << d;
+        }
+      }
+    }
+}
+
+TEST(PagedAttention, MatchesPlainSoftmaxOnEveryIsa) {
+  const std::vector<Case> cases = {
+      {16, 32, 2, 2, 0, KvDType::F32, {{1, 0}, {20, 5}, {3, 40}}, 2},      // causal, row tiles, several seqs
+      {16, 64, 1, 4, 16, KvDType::F32, {{37, 0}, {1, 70}}, 2},             // sliding window, GQA 4
+      {16, 48, 2, 1, 7, KvDType::BF16, {{9, 30}}, 1},                      // odd window, bf16 KV
+      {16, 32, 1, 2, 0, KvDType::F32, {{1, 900}}, 2},                      // long single-row decode: split keys
+      {16, 16, 1, 8, 0, KvDType::BF16, {{1, 700}, {1, 5}}, 3},             // split with 3 threads
+      {8, 24, 2, 2, 5, KvDType::F32, {{12, 3}}, 2},                        // other block size: generic path
+  };
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (isa > best_supported_isa()) continue;
+    for (const Case& c : cases) check(c, kernels_for(isa));
+  }
+}
+
+}  // namespace
+}  // namespace tandem::cpu
