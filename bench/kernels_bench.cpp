@@ -1,6 +1,7 @@
 // Kernel benchmarks on E4B-like shapes, with the active ISA and one thread per core:
 //   Matvec/<format>/<rows>x<cols>   n = 1 (decode): GB/s of weights streamed, and "roofline" = that
 //                                   divided by the read bandwidth measured at start-up
+//   Batch8/<format>/<rows>x<cols>   n = 8 (batched decode of 8 sequences): GFLOP/s and GB/s
 //   Prefill/<format>/<rows>x<cols>  n = 512 tokens: GFLOP/s (2 flops per weight and token)
 // Run: build-*/bench/kernels_bench [--benchmark_filter=Matvec] ; TANDEM_ISA=avx2 to compare paths,
 // TANDEM_BENCH_THREADS=1 for one core.
@@ -84,12 +85,12 @@ struct BenchMatrix {
 
 void run_matmul(benchmark::State& state, WeightFormat format, int64_t rows, int64_t cols, int64_t n) {
   const double bandwidth = read_bandwidth();
-  // Decode cycles through copies adding up to >= 512 MB, so that the weights come from DRAM and
+  // Decode (n <= 8) cycles through copies adding up to >= 512 MB, so that the weights come from DRAM and
   // not from a large L3, as they do in a real model.
   std::vector<std::unique_ptr<BenchMatrix>> copies;
   do {
     copies.push_back(std::make_unique<BenchMatrix>(format, rows, cols));
-  } while (n == 1 && copies.size() * copies.front()->w.streamed_bytes() < (size_t(512) << 20));
+  } while (n <= 8 && copies.size() * copies.front()->w.streamed_bytes() < (size_t(512) << 20));
   const BenchMatrix& m = *copies.front();
   std::vector<float> x(size_t(n * cols)), y(size_t(n * rows));
   std::mt19937 rng(2);
@@ -146,6 +147,10 @@ int main(int argc, char** argv) {
       matvec->Unit(benchmark::kMicrosecond)->MinTime(0.5);
       if (bench_threads() > 1) matvec->UseRealTime();
       if (s.rows > 100000) continue;
+      auto* batch = benchmark::RegisterBenchmark(("Batch8/" + fmt + "/" + s.name).c_str(),
+                                                 [=](benchmark::State& st) { run_matmul(st, f, s.rows, s.cols, 8); });
+      batch->Unit(benchmark::kMicrosecond)->MinTime(0.5);
+      if (bench_threads() > 1) batch->UseRealTime();
       auto* prefill = benchmark::RegisterBenchmark(("Prefill/" + fmt + "/" + s.name).c_str(),
                                                    [=](benchmark::State& st) { run_matmul(st, f, s.rows, s.cols, 512); });
       prefill->Unit(benchmark::kMillisecond)->MinTime(0.5);

@@ -1,7 +1,11 @@
 // How far quantized weights move the model: runs the same token streams through a reference
 // checkpoint (bf16) and a candidate (q8/q4), teacher-forced, and compares the logits at every
 // position: top-1 agreement, mean and max absolute logit error, mean KL divergence.
-//   build/bench/quant_accuracy REF_DIR CANDIDATE_DIR [positions=2048] [threads=0]
+//   build/bench/quant_accuracy REF_DIR CANDIDATE_DIR [positions=2048] [threads=0] [candidate_kv=f32]
+// With CANDIDATE_DIR = REF_DIR and candidate_kv = bf16 it measures how far a perturbation of known
+// size (K/V rounded to bf16, ~0.2% relative) moves the same model: the model's own sensitivity, the
+// yardstick the quantized figures need (random weights amplify small errors far more than trained
+// ones; docs/quantization.md).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,10 +29,12 @@ struct Runner {
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<Gemma4Model> model;
   KvSequenceBlocks seq;
-  Runner(const std::string& dir, Ops& ops, Communicator& comm) : ckpt(Gemma4Checkpoint::open(dir)) {
+  Runner(const std::string& dir, Ops& ops, Communicator& comm, KvDType kv_dtype = KvDType::F32)
+      : ckpt(Gemma4Checkpoint::open(dir)) {
     KvCacheOptions o;
     o.full_blocks = kSequence / 16 + 1;
     o.sliding_blocks = KvCache::sliding_blocks_per_sequence(ckpt->config, 16, kChunk);
+    o.dtype = kv_dtype;
     cache = std::make_unique<KvCache>(ckpt->config, ckpt->weights, o);
     model = std::make_unique<Gemma4Model>(ckpt->config, ckpt->weights, ops, comm, *cache, kChunk, kChunk);
   }
@@ -43,14 +49,20 @@ struct Runner {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fmt::print(stderr, "usage: {} REF_DIR CANDIDATE_DIR [positions] [threads]\n", argv[0]);
+    fmt::print(stderr, "usage: {} REF_DIR CANDIDATE_DIR [positions] [threads] [candidate_kv=f32|bf16]\n", argv[0]);
     return 2;
   }
   const int positions = argc > 3 ? std::atoi(argv[3]) : 2048;
   ThreadPool pool(argc > 4 ? std::atoi(argv[4]) : 0);
   cpu::CpuOps ops(pool);
   LocalCommunicator comm;
-  Runner ref(argv[1], ops, comm), cand(argv[2], ops, comm);
+  const std::string candidate_kv = argc > 5 ? argv[5] : "f32";
+  if (candidate_kv != "f32" && candidate_kv != "bf16") {
+    fmt::print(stderr, "candidate_kv must be f32 or bf16\n");
+    return 2;
+  }
+  Runner ref(argv[1], ops, comm);
+  Runner cand(argv[2], ops, comm, candidate_kv == "bf16" ? KvDType::BF16 : KvDType::F32);
   const int64_t vocab = ref.ckpt->config.vocab_size;
 
   uint32_t rng = 12345;

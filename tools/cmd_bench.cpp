@@ -54,8 +54,10 @@ void bench(const BenchOptions& o) {
 
   // Bandwidth first, with every rank on this machine reading at once, as they do when decoding.
   comm.barrier();
-  const double read_bw = measure_read_bandwidth_gb_s(pool, size_t(1) << 30, 3);
-  comm.barrier();
+  // Each rank measures its own share of the machine's bandwidth; the job reads at their sum.
+  float rank_bw = float(measure_read_bandwidth_gb_s(pool, size_t(1) << 30, 3));
+  comm.all_reduce_sum(&rank_bw, 1);
+  const double read_bw = rank_bw;
 
   const int step_tokens = std::max({o.prompt, 16 * o.batch});  // the warm-up and batch prompts are 16 tokens
   KvCacheOptions kv;

@@ -16,7 +16,7 @@ using cpu::KernelTable;
 const std::vector<int64_t> kRows = {1, 3, 17, 64, 65};
 const std::vector<int64_t> kFloatCols = {1, 7, 32, 33, 100, 256, 1000};
 const std::vector<int64_t> kQuantCols = {32, 64, 96, 160, 256, 1024};
-const std::vector<int64_t> kTokens = {1, 2, 3, 5, 8, 17, 64};
+const std::vector<int64_t> kTokens = {1, 2, 3, 5, 8, 13, 15, 16, 17, 64};
 
 constexpr float kSentinel = -12345.0f;
 
