@@ -43,19 +43,16 @@ std::vector<int32_t> bench_prompt(int n, int vocab, uint32_t seed) {
 int32_t argmax(const float* row, int64_t n) { return int32_t(std::max_element(row, row + n) - row); }
 
 void bench(const BenchOptions& o) {
-  if (o.prompt < 1 || o.gen < 1 || o.batch < 1) fail("--prompt, --gen and --batch must be positive");
+  if (o.prompt < 1 || o.batch < 1) fail("--prompt and --batch must be positive");
+  if (o.gen < 2) fail("--gen must be at least 2 (the first token comes from the prefill; decode is timed after it)");
   Communicator& comm = world();
   TimedCommunicator timed(comm);
   ThreadPool pool(o.model.threads > 0 ? o.model.threads : default_threads());
-  auto ckpt = Gemma4Checkpoint::open(resolve_model_dir(o.model.model_dir), ShardPlan{comm.rank(), comm.size()},
-                                     weight_residency(o.model.weights), pool, comm.rank() == 0);
-  const Gemma4Config& c = ckpt->config;
-  cpu::CpuOps ops(pool);
-
   // The machine's read bandwidth, with every rank on it reading at once as they do when decoding:
   // each rank measures its share and the job reads at their sum. On shared machines one probe can
-  // land in a neighbour's burst, so it runs before and after the decode and the higher one counts
-  // (an underestimate would flatter the roofline).
+  // land in a neighbour's burst, so it runs before and after the benchmark and the higher one
+  // counts (an underestimate would flatter the roofline). Its 1 GiB buffer is allocated before the
+  // model and after peak RSS is read, so it never adds to the reported peak.
   auto probe_bandwidth = [&] {
     comm.barrier();
     float rank_bw = float(measure_read_bandwidth_gb_s(pool, size_t(1) << 30, 3));
@@ -63,6 +60,11 @@ void bench(const BenchOptions& o) {
     return double(rank_bw);
   };
   double read_bw = probe_bandwidth();
+  auto ckpt = Gemma4Checkpoint::open(resolve_model_dir(o.model.model_dir), ShardPlan{comm.rank(), comm.size()},
+                                     weight_residency(o.model.weights), pool, comm.rank() == 0);
+  const Gemma4Config& c = ckpt->config;
+  cpu::CpuOps ops(pool);
+
 
   const int step_tokens = std::max({o.prompt, 16 * o.batch});  // the warm-up and batch prompts are 16 tokens
   KvCacheOptions kv;
@@ -107,7 +109,6 @@ void bench(const BenchOptions& o) {
   const double comm_per_token = timed.seconds() / std::max(1, o.gen - 1);
   cache.release(seqs[0]);
   const double decode_tok_s = (o.gen - 1) / decode_s;
-  read_bw = std::max(read_bw, probe_bandwidth());
 
   // Batched decode: --batch sequences step together, weights read once per step for all.
   std::vector<KvSequenceBlocks> many(size_t(o.batch));
@@ -127,6 +128,7 @@ void bench(const BenchOptions& o) {
   rss_gb[size_t(comm.rank())] = float(double(usage.ru_maxrss) * 1024.0 / 1e9);
   comm.all_reduce_sum(rss_gb.data(), rss_gb.size());
   const double peak_rss = double(rss_gb[0]) * 1e9;
+  read_bw = std::max(read_bw, probe_bandwidth());
   const double bytes_per_token = double(ckpt->weights.streamed_bytes_per_token());
   // Every rank streams its share at the same time: the job's rate is the sum over ranks.
   std::vector<float> per_rank(size_t(comm.size()), 0.0f);

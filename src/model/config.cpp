@@ -150,6 +150,10 @@ Gemma4Config Gemma4Config::from_json(const json& root, const std::string& source
 
   if (c.num_heads % num_kv_heads != 0)
     f.invalid("num_attention_heads", "must be a multiple of num_key_value_heads");
+  // The attention kernels keep one state per query head of a KV head's group on the stack.
+  if (c.num_heads / num_kv_heads > kMaxQueryHeadsPerKvHead)
+    f.invalid("num_attention_heads", fmt::format("more than {} query heads per KV head is not supported",
+                                                 kMaxQueryHeadsPerKvHead));
   if (c.num_kv_shared_layers >= c.num_layers)
     f.invalid("num_kv_shared_layers", "must leave at least one layer that computes K/V");
   if (f.optional_string("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh")

@@ -28,6 +28,9 @@ struct LayerConfig {
   int mlp_width = 0;
 };
 
+// Largest query-head group per KV head the attention kernels hold state for (Gemma 4 uses <= 8).
+constexpr int kMaxQueryHeadsPerKvHead = 64;
+
 struct Gemma4Config {
   std::string source;  // the file it came from, for messages
   int hidden_size = 0;

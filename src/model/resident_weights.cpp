@@ -69,6 +69,13 @@ ResidentWeights::~ResidentWeights() {
 std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const CheckpointFiles& files, ThreadPool& pool,
                                                        bool show_progress) {
   std::vector<FileSpan> spans;
+  spans.reserve(files.files().size());
+  struct CloseFiles {  // before the first open, so a failing open closes the earlier ones
+    std::vector<FileSpan>& spans;
+    ~CloseFiles() {
+      for (auto& s : spans) ::close(s.fd);
+    }
+  } close_files{spans};
   for (const auto& f : files.files()) {
     FileSpan s;
     s.path = f->path();
@@ -78,12 +85,6 @@ std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const Ch
     if (s.fd < 0) fail("{}: cannot open: {}", s.path, std::strerror(errno));
     spans.push_back(s);
   }
-  struct CloseFiles {
-    std::vector<FileSpan>& spans;
-    ~CloseFiles() {
-      for (auto& s : spans) ::close(s.fd);
-    }
-  } close_files{spans};
   auto span_of = [&](const uint8_t* p) -> const FileSpan& {
     for (const FileSpan& s : spans)
       if (p >= s.base && p < s.base + s.size) return s;

@@ -1,6 +1,6 @@
 // Paged attention against a plain double-precision softmax over the same keys: every kernel the
 // CPU has, causal and sliding windows, several sequences and row tiles, split key ranges for
-// long single-row decodes, f32 and bf16 KV, grouped query heads.
+// long single-row decodes, f32 and bf16 KV, grouped query heads, NaN in the slots never written.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,8 +38,10 @@ void check(const Case& c, const KernelTable& kernels) {
   kv.head_stride = int64_t(c.block_size) * D;
   kv.block_stride = kv.head_stride * c.kv_heads;
   const size_t elems = size_t(kv.block_stride) * size_t(blocks_per_seq * n_seq);
-  std::vector<float> keys_f(elems), values_f(elems);
-  std::vector<uint16_t> keys_h(elems), values_h(elems);
+  // Slots no position writes hold NaN, as a reused block may hold another sequence's leftovers:
+  // no query may read them, even with weight 0.
+  std::vector<float> keys_f(elems, NAN), values_f(elems, NAN);
+  std::vector<uint16_t> keys_h(elems, 0x7fc0), values_h(elems, 0x7fc0);
   // Logical key value (seq, pos, head, d), kept in float for the expected result (rounded to bf16
   // when the cache is bf16, so both sides see the same numbers).
   auto round = [&](float v) { return c.dtype == KvDType::BF16 ? bf16_to_f32(f32_to_bf16(v)) : v; };

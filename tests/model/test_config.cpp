@@ -153,6 +153,10 @@ TEST(Config, MissingOrInvalidFieldsAreNamed) {
   t = e4b_text();
   t["num_attention_heads"] = 7;
   EXPECT_THAT(error_of(nested(t)), HasSubstr("num_key_value_heads"));
+  t = e4b_text();
+  t["num_attention_heads"] = 256;
+  t["num_key_value_heads"] = 2;
+  EXPECT_THAT(error_of(nested(t)), HasSubstr("query heads per KV head is not supported"));
   EXPECT_THAT(error_of(json{{"model_type", "gemma4"}}), HasSubstr("text_config is missing"));
   EXPECT_THAT(error_of(json{{"model_type", "llama"}, {"hidden_size", 4}}), HasSubstr("not a Gemma 4"));
 }

@@ -123,6 +123,7 @@ TEST(CliErrors, BadInputGivesMessageAndNonZeroExit) {
       {"logits --model " + model + " --ids 2,,5", "not a token id"},
       {"logits --model " + model + " --ids 2,512", "outside the vocabulary"},
       {"generate --model " + model + " --ids 2 --max-tokens -1", "--max-tokens"},
+      {"bench --model " + model + " --prompt 4 --gen 1", "--gen must be at least 2"},
       {"logits --model /nonexistent --ids 2", "/nonexistent"},
       {"synth --preset huge --out /tmp/never", "unknown preset"},
   };

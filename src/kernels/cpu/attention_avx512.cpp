@@ -124,10 +124,13 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
         st.sum += _mm512_reduce_add_ps(e);
         _mm512_store_ps(weights[c], e);
       }
+      // Only slots some query of the chunk can see: the others may hold another sequence's
+      // leftovers (blocks are reused uncleared), and 0 x NaN would still be NaN.
+      const int slot_lo = imax(chunk_lo - base, 0), slot_hi = imin(chunk_hi - base, kBlock - 1);
       for (int d = 0; d < D; d += 16) {
         __m512 acc[kQueries];
         for (int c = 0; c < qc; ++c) acc[c] = _mm512_loadu_ps(states[q0 + c].acc + d);
-        for (int slot = 0; slot < kBlock; ++slot) {
+        for (int slot = slot_lo; slot <= slot_hi; ++slot) {
           const __m512 v = load16<T>(kv.values, v0 + int64_t(slot) * D + d);
 #pragma GCC unroll 8
           for (int c = 0; c < kQueries; ++c)

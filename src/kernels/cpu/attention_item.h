@@ -7,7 +7,7 @@
 namespace tandem::cpu::attention {
 
 constexpr int kRowTile = 8;     // query rows per work item
-constexpr int kMaxHeads = 64;   // query heads per KV head
+constexpr int kMaxHeads = 64;   // query heads per KV head; config.h refuses larger groups (kMaxQueryHeadsPerKvHead)
 
 struct WorkItem {
   int seq;        // index into batch.sequences
