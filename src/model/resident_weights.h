@@ -2,11 +2,12 @@
 // Moves the weights that decoding streams into one block of anonymous, huge-page-backed memory.
 //
 // Why: decode reads every projection once per token, so its speed is the speed of that read. On
-// the machines we measured, streaming the same bytes from a file mapping (page cache, 4 KiB pages)
-// ran at 20-30 GB/s against 45-51 GB/s from anonymous huge pages (docs/benchmarks.md). The bytes
-// are copied verbatim (bf16 stays bf16, quantized blocks stay as they are) with pread, so the file
-// mapping never enters this process's RSS; the PLE table, of which decoding gathers a single row
-// per token, and the embedding rows used for lookups under tensor parallelism stay mapped.
+// the machine we measured, bf16 E4B decode streamed the same bytes at 19-20 GB/s from the file
+// mapping (page cache, 4 KiB pages) and 32-33 GB/s from anonymous huge pages (docs/benchmarks.md).
+// The bytes are copied verbatim (bf16 stays bf16, quantized blocks stay as they are) with pread,
+// so the file mapping never enters this process's RSS; the PLE table, of which decoding gathers a
+// single row per token, and the embedding rows used for lookups under tensor parallelism stay
+// mapped.
 #include <cstddef>
 #include <memory>
 
