@@ -251,6 +251,8 @@ void serve(const ServeOptions& o) {
   const int left = server->drain(std::chrono::milliseconds(int64_t(o.shutdown_timeout * 1000)));
   if (left > 0) fmt::print(stderr, "tandem: cancelling {} open request(s)\n", left);
   engine.shutdown();  // finishes what is left as cancelled; their streams end with an error event
+  // Let those streams write the error event and [DONE] before stop() closes their sockets.
+  if (left > 0) server->drain(std::chrono::seconds(5));
   {
     std::lock_guard lock(signals->mutex);
     signals->on_repeat = nullptr;
