@@ -3,6 +3,8 @@
 //                                   divided by the read bandwidth measured at start-up
 //   Batch8/<format>/<rows>x<cols>   n = 8 (batched decode of 8 sequences): GFLOP/s and GB/s
 //   Prefill/<format>/<rows>x<cols>  n = 512 tokens: GFLOP/s (2 flops per weight and token)
+// <format> q8i / q4i: Q8 / Q4 in the interleaved layout (AVX-512 VNNI only), as resident weights load.
+// TANDEM_BENCH_HOT=ROWS: one small matrix of ROWS rows, read from cache: the kernels' compute rate.
 // Run: build-*/bench/kernels_bench [--benchmark_filter=Matvec] ; TANDEM_ISA=avx2 to compare paths,
 // TANDEM_BENCH_THREADS=1 for one core.
 #include <benchmark/benchmark.h>
@@ -50,7 +52,7 @@ struct BenchMatrix {
   std::unique_ptr<uint8_t[]> data, scales;
   WeightMatrix w;
 
-  BenchMatrix(WeightFormat format, int64_t rows, int64_t cols) {
+  BenchMatrix(WeightFormat format, int64_t rows, int64_t cols, WeightLayout layout) {
     w.format = format;
     w.rows = rows;
     w.cols = cols;
@@ -80,17 +82,24 @@ struct BenchMatrix {
       for (size_t i = 0; i < n; ++i) std::memcpy(scales.get() + 2 * i, &h, 2);
       w.scales = scales.get();
     }
+    if (layout == WeightLayout::Interleaved) {
+      interleave_rows(w, data.get(), 0, rows);
+      w.layout = layout;
+    }
   }
 };
 
-void run_matmul(benchmark::State& state, WeightFormat format, int64_t rows, int64_t cols, int64_t n) {
+void run_matmul(benchmark::State& state, WeightFormat format, WeightLayout layout, int64_t rows, int64_t cols,
+                int64_t n) {
   const double bandwidth = read_bandwidth();
   // Decode (n <= 8) cycles through copies adding up to >= 512 MB, so that the weights come from DRAM and
   // not from a large L3, as they do in a real model.
   std::vector<std::unique_ptr<BenchMatrix>> copies;
+  const int64_t hot_rows = std::getenv("TANDEM_BENCH_HOT") ? std::atoll(std::getenv("TANDEM_BENCH_HOT")) : 0;
+  if (hot_rows) rows = hot_rows;
   do {
-    copies.push_back(std::make_unique<BenchMatrix>(format, rows, cols));
-  } while (n <= 8 && copies.size() * copies.front()->w.streamed_bytes() < (size_t(512) << 20));
+    copies.push_back(std::make_unique<BenchMatrix>(format, rows, cols, layout));
+  } while (n <= 8 && !std::getenv("TANDEM_BENCH_HOT") && copies.size() * copies.front()->w.streamed_bytes() < (size_t(512) << 20));
   const BenchMatrix& m = *copies.front();
   std::vector<float> x(size_t(n * cols)), y(size_t(n * rows));
   std::mt19937 rng(2);
@@ -108,7 +117,8 @@ void run_matmul(benchmark::State& state, WeightFormat format, int64_t rows, int6
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * double(rows) * double(cols) * double(n) * iters / 1e9, benchmark::Counter::kIsRate);
   if (n == 1) state.counters["read_GB/s"] = bandwidth;  // the reporter adds roofline = GB/s / read_GB/s
-  state.SetLabel(std::string(weight_format_name(format)) + " " + std::string(isa_name(k.isa)));
+  state.SetLabel(std::string(weight_format_name(format)) + (layout == WeightLayout::Interleaved ? " interleaved " : " ") +
+                 std::string(isa_name(k.isa)));
 }
 
 struct Shape {
@@ -139,20 +149,24 @@ class RooflineReporter : public benchmark::ConsoleReporter {
 
 int main(int argc, char** argv) {
   for (WeightFormat f : kFormats)
+    for (WeightLayout layout : {WeightLayout::Plain, WeightLayout::Interleaved})
     for (const Shape& s : kShapes) {
       if (f == WeightFormat::F32 && s.rows > 100000) continue;  // 2.7 GB: not a format anyone decodes in
-      const std::string fmt(weight_format_name(f));
+      const bool quantized = f == WeightFormat::Q8 || f == WeightFormat::Q4;
+      // Interleaved: the layout resident Q8/Q4 weights get when the AVX-512 VNNI kernels run.
+      if (layout == WeightLayout::Interleaved && (!quantized || !cpu::active_kernels().interleaved)) continue;
+      const std::string fmt = std::string(weight_format_name(f)) + (layout == WeightLayout::Interleaved ? "i" : "");
       auto* matvec = benchmark::RegisterBenchmark(("Matvec/" + fmt + "/" + s.name).c_str(),
-                                                  [=](benchmark::State& st) { run_matmul(st, f, s.rows, s.cols, 1); });
+                                                  [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, 1); });
       matvec->Unit(benchmark::kMicrosecond)->MinTime(0.5);
       if (bench_threads() > 1) matvec->UseRealTime();
       if (s.rows > 100000) continue;
       auto* batch = benchmark::RegisterBenchmark(("Batch8/" + fmt + "/" + s.name).c_str(),
-                                                 [=](benchmark::State& st) { run_matmul(st, f, s.rows, s.cols, 8); });
+                                                 [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, 8); });
       batch->Unit(benchmark::kMicrosecond)->MinTime(0.5);
       if (bench_threads() > 1) batch->UseRealTime();
       auto* prefill = benchmark::RegisterBenchmark(("Prefill/" + fmt + "/" + s.name).c_str(),
-                                                   [=](benchmark::State& st) { run_matmul(st, f, s.rows, s.cols, 512); });
+                                                   [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, 512); });
       prefill->Unit(benchmark::kMillisecond)->MinTime(0.5);
       if (bench_threads() > 1) prefill->UseRealTime();
     }

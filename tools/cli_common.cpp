@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/kernels.h"
 #include "model/reference.h"
 #include "model/synth.h"
 #include "parallel/mpi_communicator.h"
@@ -117,7 +118,8 @@ LoadedModel load_model(const ModelOptions& o, int max_context) {
   m.pool = std::make_unique<ThreadPool>(o.threads > 0 ? o.threads : default_threads());
   // The reference reads weights row by row, so copying them first would only cost time.
   const WeightResidency residency = o.backend == "reference" ? WeightResidency::Mapped : weight_residency(o.weights);
-  m.checkpoint = Gemma4Checkpoint::open(dir, ShardPlan{comm.rank(), comm.size()}, residency, *m.pool, comm.rank() == 0);
+  m.checkpoint = Gemma4Checkpoint::open(dir, ShardPlan{comm.rank(), comm.size()}, residency, *m.pool, comm.rank() == 0,
+                                          cpu::preferred_layout);
   if (o.backend == "reference") {
     m.model = std::make_unique<ReferenceModel>(m.checkpoint->config, m.checkpoint->weights, m.pool.get());
   } else {

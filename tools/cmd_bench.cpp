@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/memory_bandwidth.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/kernels.h"
 #include "model/gemma4.h"
 #include "model/kv_cache.h"
 #include "parallel/timed_communicator.h"
@@ -61,7 +62,8 @@ void bench(const BenchOptions& o) {
   };
   double read_bw = probe_bandwidth();
   auto ckpt = Gemma4Checkpoint::open(resolve_model_dir(o.model.model_dir), ShardPlan{comm.rank(), comm.size()},
-                                     weight_residency(o.model.weights), pool, comm.rank() == 0);
+                                     weight_residency(o.model.weights), pool, comm.rank() == 0,
+                                     cpu::preferred_layout);
   const Gemma4Config& c = ckpt->config;
   cpu::CpuOps ops(pool);
 

@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/kernels.h"
 #include "runtime/engine.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
@@ -197,7 +198,7 @@ void serve(const ServeOptions& o) {
   }
   ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
   auto checkpoint = Gemma4Checkpoint::open(dir, ShardPlan{comm.rank(), comm.size()}, weight_residency(o.weights), pool,
-                                           /*show_progress=*/leader);
+                                           /*show_progress=*/leader, cpu::preferred_layout);
   if (tokenizer && tokenizer->vocab_size() > checkpoint->config.vocab_size)
     fmt::print(stderr, "tandem: warning: the tokenizer has {} ids but the model only {}; prompts with the extra "
                "ids will be refused\n", tokenizer->vocab_size(), checkpoint->config.vocab_size);

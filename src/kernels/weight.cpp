@@ -1,11 +1,67 @@
 #include "kernels/weight.h"
 
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
 
 namespace tandem {
+
+namespace {
+
+// Where column c's code sits in an Interleaved row: byte offset, and for Q4 whether it is the
+// high nibble (see WeightLayout).
+struct CodePlace {
+  int64_t byte;
+  bool high;
+};
+
+CodePlace interleaved_place(WeightFormat format, int64_t c) {
+  const int64_t chunk = c / kInterleaveChunk, in_chunk = c % kInterleaveChunk;
+  const int64_t block = in_chunk / kQuantBlock, in_block = in_chunk % kQuantBlock;
+  const int64_t vector = in_block / 4, lane_byte = 4 * block + in_block % 4;
+  if (format == WeightFormat::Q8) return {chunk * kInterleaveChunk + 64 * vector + lane_byte, false};
+  return {chunk * kInterleaveChunk / 2 + 64 * (vector % 4) + lane_byte, vector >= 4};
+}
+
+int interleaved_code(WeightFormat format, const uint8_t* row, int64_t c) {
+  const CodePlace p = interleaved_place(format, c);
+  if (format == WeightFormat::Q8) return int(row[p.byte]) - 128;
+  return int(p.high ? row[p.byte] >> 4 : row[p.byte] & 0xf) - 8;
+}
+
+}  // namespace
+
+bool can_interleave(const WeightMatrix& w) {
+  return (w.format == WeightFormat::Q8 || w.format == WeightFormat::Q4) && w.layout == WeightLayout::Plain &&
+         w.cols > 0 && w.cols % kInterleaveChunk == 0;
+}
+
+void interleave_rows(const WeightMatrix& w, uint8_t* data, int64_t r0, int64_t r1) {
+  if (!can_interleave(w)) fail("interleave_rows: needs a plain Q8/Q4 matrix with columns a multiple of {}", kInterleaveChunk);
+  const int64_t bytes = row_bytes(w.format, w.cols);
+  std::vector<uint8_t> plain(size_t(bytes), 0);
+  for (int64_t r = r0; r < r1; ++r) {
+    uint8_t* row = data + r * w.row_stride;
+    std::memcpy(plain.data(), row, size_t(bytes));
+    if (w.format == WeightFormat::Q4) std::memset(row, 0, size_t(bytes));
+    // The loops walk interleaved_place() in order, without its divisions (this runs over every weight at load).
+    for (int64_t chunk = 0; chunk < w.cols / kInterleaveChunk; ++chunk)
+      for (int64_t j = 0; j < 16; ++j)
+        for (int64_t k = 0; k < 8; ++k)
+          for (int64_t b = 0; b < 4; ++b) {
+            const int64_t c = chunk * kInterleaveChunk + 32 * j + 4 * k + b;
+            if (w.format == WeightFormat::Q8) {
+              row[chunk * kInterleaveChunk + 64 * k + 4 * j + b] = uint8_t(plain[size_t(c)] ^ 0x80);  // q + 128
+            } else {
+              const uint8_t packed = plain[size_t(c / 2)];
+              const uint8_t code = c % 2 ? packed >> 4 : packed & 0xf;  // stored as q + 8 already
+              row[chunk * kInterleaveChunk / 2 + 64 * (k % 4) + 4 * j + b] |= k >= 4 ? uint8_t(code << 4) : code;
+            }
+          }
+  }
+}
 
 std::string_view weight_format_name(WeightFormat format) {
   switch (format) {
@@ -51,6 +107,7 @@ WeightMatrix WeightMatrix::slice_rows(int64_t first, int64_t count) const {
 
 WeightMatrix WeightMatrix::slice_cols(int64_t first, int64_t count) const {
   if (first < 0 || count < 0 || first + count > cols) fail("column slice [{}, +{}) out of {} columns", first, count, cols);
+  if (layout != WeightLayout::Plain) fail("column slices need the plain layout");
   const bool quantized = format == WeightFormat::Q8 || format == WeightFormat::Q4;
   if (quantized && (first % kQuantBlock || (count % kQuantBlock && first + count != cols)))
     fail("column slice [{}, +{}) does not fall on {}-value quantization blocks", first, count, kQuantBlock);
@@ -89,7 +146,9 @@ void WeightMatrix::row_to_float(int64_t r, float* out) const {
         std::memcpy(&sbits, srow + 2 * (c / kQuantBlock), 2);
         const float scale = f16_to_f32(sbits);
         int q;
-        if (format == WeightFormat::Q8) {
+        if (layout == WeightLayout::Interleaved) {
+          q = interleaved_code(format, row, c);
+        } else if (format == WeightFormat::Q8) {
           q = int(int8_t(row[c]));
         } else {
           const uint8_t byte = row[c / 2];

@@ -16,10 +16,12 @@ std::unique_ptr<Gemma4Checkpoint> Gemma4Checkpoint::open(const std::string& dir,
 
 std::unique_ptr<Gemma4Checkpoint> Gemma4Checkpoint::open(const std::string& dir, const ShardPlan& plan,
                                                          WeightResidency residency, ThreadPool& pool,
-                                                         bool show_progress) {
+                                                         bool show_progress,
+                                                         ResidentWeights::LayoutChooser choose_layout) {
   auto checkpoint = open(dir, plan);
   if (residency == WeightResidency::Resident)
-    checkpoint->resident = ResidentWeights::load(checkpoint->weights, checkpoint->files, pool, show_progress);
+    checkpoint->resident = ResidentWeights::load(checkpoint->weights, checkpoint->files, pool, show_progress,
+                                                  choose_layout);
   return checkpoint;
 }
 

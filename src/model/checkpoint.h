@@ -27,9 +27,11 @@ struct Gemma4Checkpoint {
   std::unique_ptr<ResidentWeights> resident;  // set when opened Resident
 
   static std::unique_ptr<Gemma4Checkpoint> open(const std::string& dir, const ShardPlan& plan = {});
-  // Opens, then makes the streamed weights resident with `pool`'s threads.
+  // Opens, then makes the streamed weights resident with `pool`'s threads, in the layouts
+  // choose_layout asks for (see ResidentWeights::load).
   static std::unique_ptr<Gemma4Checkpoint> open(const std::string& dir, const ShardPlan& plan,
-                                                WeightResidency residency, ThreadPool& pool, bool show_progress);
+                                                WeightResidency residency, ThreadPool& pool, bool show_progress,
+                                                ResidentWeights::LayoutChooser choose_layout = nullptr);
 
  private:
   Gemma4Checkpoint(const std::string& dir, const ShardPlan& plan);

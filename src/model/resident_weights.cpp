@@ -67,7 +67,7 @@ ResidentWeights::~ResidentWeights() {
 }
 
 std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const CheckpointFiles& files, ThreadPool& pool,
-                                                       bool show_progress) {
+                                                       bool show_progress, LayoutChooser choose_layout) {
   std::vector<FileSpan> spans;
   spans.reserve(files.files().size());
   struct CloseFiles {  // before the first open, so a failing open closes the earlier ones
@@ -158,6 +158,10 @@ std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const Ch
     if (m.scales) {
       m.scales = base + p.scales_at;
       m.scale_stride = (m.cols / kQuantBlock) * 2;
+    }
+    if (choose_layout && choose_layout(m) == WeightLayout::Interleaved && can_interleave(m)) {
+      pool.parallel_for(m.rows, [&](int64_t r0, int64_t r1) { interleave_rows(m, base + p.data_at, r0, r1); });
+      m.layout = WeightLayout::Interleaved;
     }
   }
   if (embed_is_lm_head) w.embed = w.lm_head;

@@ -8,6 +8,9 @@
 // so the file mapping never enters this process's RSS; the PLE table, of which decoding gathers a
 // single row per token, and the embedding rows used for lookups under tensor parallelism stay
 // mapped.
+//
+// The copy is also where a backend can have quantized matrices rearranged into the layout its
+// kernels read fastest (kernels/weight.h, WeightLayout): `choose_layout` is asked per matrix.
 #include <cstddef>
 #include <memory>
 
@@ -19,9 +22,11 @@ namespace tandem {
 
 class ResidentWeights {
  public:
-  // Copies this rank's streamed matrices and repoints `weights` at the copies.
+  using LayoutChooser = WeightLayout (*)(const WeightMatrix&);
+  // Copies this rank's streamed matrices and repoints `weights` at the copies, rearranged into
+  // choose_layout(matrix) where that is not the plain layout (nullptr: all stay plain).
   static std::unique_ptr<ResidentWeights> load(ModelWeights& weights, const CheckpointFiles& files, ThreadPool& pool,
-                                               bool show_progress);
+                                               bool show_progress, LayoutChooser choose_layout = nullptr);
   ~ResidentWeights();
   ResidentWeights(const ResidentWeights&) = delete;
   ResidentWeights& operator=(const ResidentWeights&) = delete;

@@ -10,6 +10,8 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "model/checkpoint.h"
 #include "model/gemma4.h"
+#include "model/quantize_checkpoint.h"
+#include "kernels/cpu/kernels.h"
 #include "model/reference.h"
 #include "model/sequence_model.h"
 #include "support/test_support.h"
@@ -233,6 +235,46 @@ TEST(ResidentWeights, GiveBitIdenticalLogitsToMappedWeights) {
         m.row_to_float(row, rm.data());
         r.row_to_float(row, rr.data());
         ASSERT_EQ(rm, rr) << "row " << row;
+      }
+    }
+  }
+}
+
+// Resident Q8/Q4 weights rearranged for the AVX-512 VNNI kernels (tiny: down_proj has 512
+// columns) hold the same values and multiply like the plain mapped ones, up to float32 summation
+// order, at every token count the model uses. (Whole-model logits are not compared: the tiny
+// random model amplifies a one-step change in an activation's int8 rounding far past any bound.)
+TEST(ResidentWeights, InterleavedQuantizedWeightsMultiplyLikeMappedOnes) {
+  const std::string original = test::synth_checkpoint("tiny");
+  ThreadPool pool(2);
+  const cpu::KernelTable& k = cpu::active_kernels();
+  for (WeightFormat type : {WeightFormat::Q8, WeightFormat::Q4}) {
+    test::TempDir dir;
+    quantize_checkpoint(original, dir.path(), type, false);
+    auto mapped = Gemma4Checkpoint::open(dir.path(), ShardPlan{}, WeightResidency::Mapped, pool, false);
+    auto resident = Gemma4Checkpoint::open(dir.path(), ShardPlan{}, WeightResidency::Resident, pool, false,
+                                           cpu::preferred_layout);
+    const WeightLayout expected = k.interleaved ? WeightLayout::Interleaved : WeightLayout::Plain;
+    for (size_t l = 0; l < mapped->weights.layers.size(); ++l) {
+      const WeightMatrix& a = mapped->weights.layers[l].down_proj;
+      const WeightMatrix& b = resident->weights.layers[l].down_proj;
+      ASSERT_EQ(a.layout, WeightLayout::Plain);
+      ASSERT_EQ(b.layout, expected) << "layer " << l;
+      EXPECT_EQ(resident->weights.layers[l].q_proj.layout, WeightLayout::Plain);  // 128 columns
+      std::vector<float> ra(static_cast<size_t>(a.cols)), rb(static_cast<size_t>(b.cols));
+      for (int64_t r = 0; r < a.rows; ++r) {
+        a.row_to_float(r, ra.data());
+        b.row_to_float(r, rb.data());
+        ASSERT_EQ(ra, rb) << "layer " << l << " row " << r;
+      }
+      for (int64_t n : {1, 2, 5, 8, 15, 16, 24}) {
+        std::vector<float> x(size_t(n * a.cols)), ya(size_t(n * a.rows)), yb(size_t(n * a.rows));
+        for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.37f + float(l)) * (i % 7 == 0 ? 8.0f : 1.0f);
+        cpu::matmul(pool, k, a, x.data(), a.cols, n, ya.data(), a.rows);
+        cpu::matmul(pool, k, b, x.data(), b.cols, n, yb.data(), b.rows);
+        for (size_t i = 0; i < ya.size(); ++i)
+          ASSERT_NEAR(ya[i], yb[i], 1e-4f * (1.0f + std::fabs(ya[i])))
+              << weight_format_name(type) << " layer " << l << " n " << n << " value " << i;
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <string_view>
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/kernels.h"
@@ -59,18 +60,32 @@ const KernelTable& kernels_for(Isa isa) {
 
 const KernelTable& active_kernels() { return kernels_for(active_isa()); }
 
+WeightLayout preferred_layout(const WeightMatrix& w) {
+  // TANDEM_INTERLEAVE=0 keeps the plain layout: for measuring what the interleaved one gives.
+  static const bool disabled = [] {
+    const char* env = std::getenv("TANDEM_INTERLEAVE");
+    return env && std::string_view(env) == "0";
+  }();
+  return !disabled && active_kernels().interleaved && can_interleave(w) ? WeightLayout::Interleaved : w.layout;
+}
+
 void detail::quantize_then_matmul_rows(const KernelTable& k, const WeightMatrix& w, int64_t r0, int64_t r1,
                                        const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
   if (r0 >= r1 || n <= 0) return;
-  const int64_t stride = k.quantized_activation_stride(w.format, w.cols, n);
+  if (w.layout != WeightLayout::Plain && !k.interleaved)  // rearranged for another table's kernels
+    return scalar_kernels().matmul_rows(w, r0, r1, x, x_stride, n, y, y_stride);
+  const int64_t stride = k.quantized_activation_stride(w, n);
   uint8_t* xq = t_rows_scratch.get(size_t(stride * n));
-  k.quantize_activations(w.format, w.cols, n, x, x_stride, 0, n, xq, stride);
+  k.quantize_activations(w, n, x, x_stride, 0, n, xq, stride);
   k.matmul_rows_quantized(w, r0, r1, xq, stride, n, y, y_stride);
 }
 
-void matmul(ThreadPool& pool, const KernelTable& k, const WeightMatrix& w, const float* x, int64_t x_stride,
+void matmul(ThreadPool& pool, const KernelTable& table, const WeightMatrix& w, const float* x, int64_t x_stride,
             int64_t n, float* y, int64_t y_stride) {
   if (w.rows <= 0 || n <= 0) return;
+  // Weights rearranged for another table's kernels (tests compare tables on one matrix): the
+  // scalar table reads every layout.
+  const KernelTable& k = w.layout != WeightLayout::Plain && !table.interleaved ? scalar_kernels() : table;
   const bool parallel = pool.size() > 1 && w.rows * w.cols * n >= kMinParallelWork && w.rows > kRowGrain;
   if (!is_quantized(w.format) || !k.quantize_activations) {
     if (!parallel) return k.matmul_rows(w, 0, w.rows, x, x_stride, n, y, y_stride);
@@ -78,14 +93,14 @@ void matmul(ThreadPool& pool, const KernelTable& k, const WeightMatrix& w, const
                       kRowGrain);
     return;
   }
-  const int64_t stride = k.quantized_activation_stride(w.format, w.cols, n);
+  const int64_t stride = k.quantized_activation_stride(w, n);
   uint8_t* xq = t_matmul_scratch.get(size_t(stride * n));
   if (parallel && n >= kMinParallelQuantize) {
     pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
-      k.quantize_activations(w.format, w.cols, n, x, x_stride, i0, i1 - i0, xq, stride);
+      k.quantize_activations(w, n, x, x_stride, i0, i1 - i0, xq, stride);
     });
   } else {
-    k.quantize_activations(w.format, w.cols, n, x, x_stride, 0, n, xq, stride);
+    k.quantize_activations(w, n, x, x_stride, 0, n, xq, stride);
   }
   if (!parallel) return k.matmul_rows_quantized(w, 0, w.rows, xq, stride, n, y, y_stride);
   pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) { k.matmul_rows_quantized(w, r0, r1, xq, stride, n, y, y_stride); },

@@ -22,9 +22,9 @@ void avx2_matmul_rows_float(const WeightMatrix& w, int64_t r0, int64_t r1, const
                             int64_t n, float* y, int64_t y_stride);
 
 // Quantized weights with AVX-512 VNNI (vpdpbusd); only when cpu_features().avx512_vnni.
-int64_t avx512vnni_activation_stride(WeightFormat format, int64_t cols, int64_t n);
-void avx512vnni_quantize_activations(WeightFormat format, int64_t cols, int64_t n, const float* x, int64_t x_stride,
-                                     int64_t first, int64_t count, uint8_t* out, int64_t out_stride);
+int64_t avx512vnni_activation_stride(const WeightMatrix& w, int64_t n);
+void avx512vnni_quantize_activations(const WeightMatrix& w, int64_t n, const float* x, int64_t x_stride, int64_t first,
+                                     int64_t count, uint8_t* out, int64_t out_stride);
 void avx512vnni_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
                                       int64_t xq_stride, int64_t n, float* y, int64_t y_stride);
 
@@ -35,10 +35,14 @@ void avx512vnni_panel_quantize(WeightFormat format, int64_t cols, const float* x
 void avx512vnni_panel_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride,
                              int64_t n, float* y, int64_t y_stride);
 
+// Interleaved Q8/Q4 weights (matmul_avx512_vnni_interleaved.cpp), activations in the panel layout.
+void avx512vnni_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
+                                   int64_t xq_stride, int64_t n, float* y, int64_t y_stride);
+
 // Quantized weights with AVX2 (vpmaddubsw), also used by the AVX-512 table on CPUs without VNNI.
-int64_t avx2_activation_stride(WeightFormat format, int64_t cols, int64_t n);
-void avx2_quantize_activations(WeightFormat format, int64_t cols, int64_t n, const float* x, int64_t x_stride,
-                               int64_t first, int64_t count, uint8_t* out, int64_t out_stride);
+int64_t avx2_activation_stride(const WeightMatrix& w, int64_t n);
+void avx2_quantize_activations(const WeightMatrix& w, int64_t n, const float* x, int64_t x_stride, int64_t first,
+                               int64_t count, uint8_t* out, int64_t out_stride);
 void avx2_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
                                 int64_t xq_stride, int64_t n, float* y, int64_t y_stride);
 

@@ -36,16 +36,19 @@ struct KernelTable {
   // matmul_rows does both steps itself for Q8/Q4. All three are nullptr in the scalar table, whose
   // matmul_rows multiplies the float activations by the exactly dequantized weights.
   //
-  // The layout may depend on n, the number of tokens of the matmul (decode and prefill kernels
-  // want different ones). Bytes one token takes in it (a multiple of 64):
-  int64_t (*quantized_activation_stride)(WeightFormat format, int64_t cols, int64_t n);
-  // Quantizes tokens [first, first + count) of the n rows of x (cols values each, row i at
+  // The layout may depend on the weights' format and layout and on n, the number of tokens of
+  // the matmul (decode and prefill kernels want different ones). Bytes one token takes in it (a
+  // multiple of 64):
+  int64_t (*quantized_activation_stride)(const WeightMatrix& w, int64_t n);
+  // Quantizes tokens [first, first + count) of the n rows of x (w.cols values each, row i at
   // x + i * x_stride) into out (64-byte aligned, token i at out + i * out_stride).
-  void (*quantize_activations)(WeightFormat format, int64_t cols, int64_t n, const float* x, int64_t x_stride,
-                               int64_t first, int64_t count, uint8_t* out, int64_t out_stride);
+  void (*quantize_activations)(const WeightMatrix& w, int64_t n, const float* x, int64_t x_stride, int64_t first,
+                               int64_t count, uint8_t* out, int64_t out_stride);
   // matmul_rows for Q8/Q4 weights on all n tokens from quantize_activations (same table, w.cols, n).
   void (*matmul_rows_quantized)(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
                                 int64_t xq_stride, int64_t n, float* y, int64_t y_stride);
+  // Whether matmul_rows_quantized reads WeightLayout::Interleaved (else only Plain).
+  bool interleaved = false;
 };
 
 const KernelTable& scalar_kernels();
@@ -53,6 +56,10 @@ const KernelTable& avx2_kernels();    // only call when the CPU has AVX2+FMA+F16
 const KernelTable& avx512_kernels();  // only call when the CPU has AVX-512 F/BW/VL/DQ
 const KernelTable& kernels_for(Isa isa);
 const KernelTable& active_kernels();  // kernels_for(active_isa())
+
+// The layout the active kernels read w fastest in: Interleaved for Q8/Q4 matrices that
+// can_interleave() when the AVX-512 VNNI kernels are active, else w's own layout.
+WeightLayout preferred_layout(const WeightMatrix& w);
 
 // y = x · W^T for n rows of x, rows of W split across the pool's threads.
 void matmul(ThreadPool& pool, const KernelTable& k, const WeightMatrix& w, const float* x, int64_t x_stride,

@@ -165,6 +165,7 @@ KernelTable make_table() {
     t.quantized_activation_stride = detail::avx512vnni_activation_stride;
     t.quantize_activations = detail::avx512vnni_quantize_activations;
     t.matmul_rows_quantized = detail::avx512vnni_matmul_rows_quantized;
+    t.interleaved = true;
   } else {
     t.quantized_activation_stride = detail::avx2_activation_stride;
     t.quantize_activations = detail::avx2_quantize_activations;

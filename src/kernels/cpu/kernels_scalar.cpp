@@ -67,7 +67,7 @@ void axpy(float* y, float a, const float* x, int64_t n) {
 
 const KernelTable& scalar_kernels() {
   static const KernelTable table{Isa::Scalar, matmul_rows, rms_norm, gelu_gate, softcap, add, scale, dot, axpy,
-                                 nullptr, nullptr, nullptr};
+                                 nullptr, nullptr, nullptr, false};
   return table;
 }
 

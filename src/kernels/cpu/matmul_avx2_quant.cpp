@@ -223,14 +223,18 @@ TileSet make_tiles(WeightFormat format) {
 
 }  // namespace
 
-int64_t avx2_activation_stride(WeightFormat format, int64_t cols, int64_t) {
+int64_t avx2_activation_stride(const WeightMatrix& w, int64_t) {
+  const WeightFormat format = w.format;
+  const int64_t cols = w.cols;
   const int64_t scales = cols / kQuantBlock * 4;
   return format == WeightFormat::Q4 ? round_up_64(q4_scales_offset(cols) + scales)
                                     : round_up_64(q8_scales_offset(cols) + scales);
 }
 
-void avx2_quantize_activations(WeightFormat format, int64_t cols, int64_t, const float* x, int64_t x_stride,
-                               int64_t first, int64_t count, uint8_t* out, int64_t out_stride) {
+void avx2_quantize_activations(const WeightMatrix& w, int64_t, const float* x, int64_t x_stride, int64_t first,
+                               int64_t count, uint8_t* out, int64_t out_stride) {
+  const WeightFormat format = w.format;
+  const int64_t cols = w.cols;
   for (int64_t i = first; i < first + count; ++i) {
     if (format == WeightFormat::Q4)
       quantize_token_q4(cols, x + i * x_stride, out + i * out_stride);

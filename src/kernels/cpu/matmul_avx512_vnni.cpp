@@ -37,8 +37,9 @@ constexpr int64_t kQ8Group = 64, kQ8GroupBytes = 192;
 constexpr int64_t kQ4Group = 128, kQ4GroupBytes = 256;
 
 // From this many tokens on, packing weight panels (matmul_avx512_vnni_panel.cpp) pays for itself.
+// Interleaved weights read activations in the panel layout at every n.
 constexpr int64_t kPanelMinTokens = 16;
-bool use_panel(int64_t n) { return n >= kPanelMinTokens; }
+bool use_panel(const WeightMatrix& w, int64_t n) { return n >= kPanelMinTokens || w.layout == WeightLayout::Interleaved; }
 
 int64_t group_count(int64_t cols, int64_t group) { return (cols + group - 1) / group; }
 
@@ -226,16 +227,20 @@ TileSet make_q4_tiles() {
 
 }  // namespace
 
-int64_t avx512vnni_activation_stride(WeightFormat format, int64_t cols, int64_t n) {
-  if (use_panel(n)) return avx512vnni_panel_stride(cols);
+int64_t avx512vnni_activation_stride(const WeightMatrix& w, int64_t n) {
+  const WeightFormat format = w.format;
+  const int64_t cols = w.cols;
+  if (use_panel(w, n)) return avx512vnni_panel_stride(cols);
   return format == WeightFormat::Q4 ? group_count(cols, kQ4Group) * kQ4GroupBytes
                                     : group_count(cols, kQ8Group) * kQ8GroupBytes;
 }
 
-void avx512vnni_quantize_activations(WeightFormat format, int64_t cols, int64_t n, const float* x, int64_t x_stride,
-                                     int64_t first, int64_t count, uint8_t* out, int64_t out_stride) {
+void avx512vnni_quantize_activations(const WeightMatrix& w, int64_t n, const float* x, int64_t x_stride, int64_t first,
+                                     int64_t count, uint8_t* out, int64_t out_stride) {
+  const WeightFormat format = w.format;
+  const int64_t cols = w.cols;
   for (int64_t i = first; i < first + count; ++i) {
-    if (use_panel(n))
+    if (use_panel(w, n))
       avx512vnni_panel_quantize(format, cols, x + i * x_stride, out + i * out_stride);
     else if (format == WeightFormat::Q4)
       quantize_token_q4(cols, x + i * x_stride, out + i * out_stride);
@@ -252,9 +257,10 @@ void avx512vnni_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t
   // 21 -> 36 GB/s with 8 rows, Q4 22 -> 28 GB/s with 6; Q4 has no registers for 8).
   static const TileSet q8_decode = make_q8_tiles<8, 1>();
   static const TileSet q4_decode = make_q4_tiles<6, 1>();
+  if (w.layout == WeightLayout::Interleaved) return avx512vnni_interleaved_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (n == 1)
     return tiled_matmul(w.format == WeightFormat::Q4 ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
-  if (use_panel(n)) return avx512vnni_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
+  if (use_panel(w, n)) return avx512vnni_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   tiled_matmul(w.format == WeightFormat::Q4 ? q4 : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
 }
 

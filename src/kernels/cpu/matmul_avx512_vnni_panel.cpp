@@ -14,6 +14,7 @@
 //   corrections (-offset * sum of codes of block j; offset 128 for Q8, whose weights are stored
 //   as w + 128, and 8 for Q4, stored as q + 8).
 // Weight panel (per row, 576 bytes per chunk): 8 x 64 unsigned codes, same order | 16 float scales.
+// Weights already in WeightLayout::Interleaved are in this order and only need unpacking (Q4).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -94,7 +95,18 @@ void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int6
       const int64_t ch = ch0 + c;
       const int64_t blocks = std::min<int64_t>(kChunkBlocks, (w.cols - ch * kChunk) / kQuantBlock);
       uint8_t* o = prow + c * kWeightChunkBytes;
-      if (w.format == WeightFormat::Q8) {
+      if (w.layout == WeightLayout::Interleaved) {
+        // Already in panel order (whole chunks only): Q8 is a copy, Q4 a mask and a shift.
+        if (w.format == WeightFormat::Q8) {
+          std::memcpy(o, row + ch * kChunk, kChunk);
+        } else {
+          for (int k = 0; k < 4; ++k) {
+            const __m512i v = _mm512_loadu_si512(row + ch * kChunk / 2 + 64 * k);
+            _mm512_store_si512(o + 64 * k, _mm512_and_si512(v, nibble));
+            _mm512_store_si512(o + 64 * (k + 4), _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble));
+          }
+        }
+      } else if (w.format == WeightFormat::Q8) {
         for (int64_t b = 0; b < kChunkBlocks; b += 2) {  // two blocks per 64-byte vector
           const int64_t valid = std::clamp<int64_t>(blocks - b, 0, 2);
           const __mmask64 m = valid == 2 ? ~__mmask64(0) : (valid == 1 ? __mmask64(0xffffffffu) : 0);
@@ -120,7 +132,7 @@ void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int6
           }
         }
       }
-      transpose_chunk(codes, o);
+      if (w.layout != WeightLayout::Interleaved) transpose_chunk(codes, o);
       const __mmask16 live = __mmask16((1u << blocks) - 1);
       _mm512_store_ps(reinterpret_cast<float*>(o + 512),
                       _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, srow + ch * kChunkBlocks * 2)));
