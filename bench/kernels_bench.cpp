@@ -145,31 +145,38 @@ class RooflineReporter : public benchmark::ConsoleReporter {
   }
 };
 
+
+// Matvec, Batch8 and Prefill of one format, layout and shape.
+void register_shape(WeightFormat f, WeightLayout layout, const Shape& s) {
+  const std::string fmt = std::string(weight_format_name(f)) + (layout == WeightLayout::Interleaved ? "i" : "");
+  const bool wall_clock = bench_threads() > 1;
+  auto* matvec = benchmark::RegisterBenchmark(("Matvec/" + fmt + "/" + s.name).c_str(),
+                                              [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, 1); });
+  matvec->Unit(benchmark::kMicrosecond)->MinTime(0.5);
+  if (wall_clock) matvec->UseRealTime();
+  if (s.rows > 100000) return;
+  auto* batch = benchmark::RegisterBenchmark(("Batch8/" + fmt + "/" + s.name).c_str(),
+                                             [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, 8); });
+  batch->Unit(benchmark::kMicrosecond)->MinTime(0.5);
+  if (wall_clock) batch->UseRealTime();
+  auto* prefill = benchmark::RegisterBenchmark(("Prefill/" + fmt + "/" + s.name).c_str(),
+                                               [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, 512); });
+  prefill->Unit(benchmark::kMillisecond)->MinTime(0.5);
+  if (wall_clock) prefill->UseRealTime();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (WeightFormat f : kFormats)
-    for (WeightLayout layout : {WeightLayout::Plain, WeightLayout::Interleaved})
+  for (WeightFormat f : kFormats) {
+    const bool quantized = f == WeightFormat::Q8 || f == WeightFormat::Q4;
     for (const Shape& s : kShapes) {
       if (f == WeightFormat::F32 && s.rows > 100000) continue;  // 2.7 GB: not a format anyone decodes in
-      const bool quantized = f == WeightFormat::Q8 || f == WeightFormat::Q4;
+      register_shape(f, WeightLayout::Plain, s);
       // Interleaved: the layout resident Q8/Q4 weights get when the AVX-512 VNNI kernels run.
-      if (layout == WeightLayout::Interleaved && (!quantized || !cpu::active_kernels().interleaved)) continue;
-      const std::string fmt = std::string(weight_format_name(f)) + (layout == WeightLayout::Interleaved ? "i" : "");
-      auto* matvec = benchmark::RegisterBenchmark(("Matvec/" + fmt + "/" + s.name).c_str(),
-                                                  [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, 1); });
-      matvec->Unit(benchmark::kMicrosecond)->MinTime(0.5);
-      if (bench_threads() > 1) matvec->UseRealTime();
-      if (s.rows > 100000) continue;
-      auto* batch = benchmark::RegisterBenchmark(("Batch8/" + fmt + "/" + s.name).c_str(),
-                                                 [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, 8); });
-      batch->Unit(benchmark::kMicrosecond)->MinTime(0.5);
-      if (bench_threads() > 1) batch->UseRealTime();
-      auto* prefill = benchmark::RegisterBenchmark(("Prefill/" + fmt + "/" + s.name).c_str(),
-                                                   [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, 512); });
-      prefill->Unit(benchmark::kMillisecond)->MinTime(0.5);
-      if (bench_threads() > 1) prefill->UseRealTime();
+      if (quantized && cpu::active_kernels().interleaved) register_shape(f, WeightLayout::Interleaved, s);
     }
+  }
   benchmark::Initialize(&argc, argv);
   RooflineReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);

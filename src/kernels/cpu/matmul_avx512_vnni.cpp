@@ -257,10 +257,12 @@ void avx512vnni_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t
   // 21 -> 36 GB/s with 8 rows, Q4 22 -> 28 GB/s with 6; Q4 has no registers for 8).
   static const TileSet q8_decode = make_q8_tiles<8, 1>();
   static const TileSet q4_decode = make_q4_tiles<6, 1>();
+  // Many tokens take the panels in either layout: for interleaved weights their unpacked copy in L2
+  // measured 10-20% faster than unpacking Q4 per token tile or walking Q8 rows in place.
+  if (n >= kPanelMinTokens) return avx512vnni_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (w.layout == WeightLayout::Interleaved) return avx512vnni_interleaved_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (n == 1)
     return tiled_matmul(w.format == WeightFormat::Q4 ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
-  if (use_panel(w, n)) return avx512vnni_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   tiled_matmul(w.format == WeightFormat::Q4 ? q4 : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
 }
 

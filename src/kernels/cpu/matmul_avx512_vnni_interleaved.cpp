@@ -1,10 +1,10 @@
-// AVX-512 VNNI matmul for Q8/Q4 weights stored in the Interleaved layout (kernels/weight.h): the
-// layout the prefill panels (matmul_avx512_vnni_panel.cpp) build at run time, made once when the
-// weights are loaded. Lane j of every weight vector belongs to block j of a 512-column chunk, as
+// AVX-512 VNNI matmul for Q8/Q4 weights stored in the Interleaved layout (kernels/weight.h), for
+// 1-15 tokens; more tokens go to the prefill panels (matmul_avx512_vnni_panel.cpp), which pack
+// this layout by a copy or a nibble unpack. The layout is the panels' order, made once when the
+// weights are loaded: lane j of every weight vector belongs to block j of a 512-column chunk, as
 // in the activations' panel layout, so 8 vpdpbusd finish 16 block sums in one int32 accumulator
-// and a single convert + scale + add follows per chunk, for any number of tokens. Against the
-// plain-layout decode kernels that is a quarter of the float work per weight byte, and no
-// packing pass for prefill.
+// and a single convert + scale + add follows per chunk. Against the plain-layout decode kernels
+// (matmul_avx512_vnni.cpp) that is a quarter of the float work per weight byte.
 //
 // Q4 holds vectors k and k + 4 of a chunk in the low and high nibbles of one 64-byte vector: a
 // mask and a shift give both.
@@ -30,7 +30,6 @@ namespace {
 // The activations' panel layout: 8 x 64 codes | 16 float scales | 16 int32 corrections per chunk.
 constexpr int64_t kChunkBytesX = 640, kScalesAt = 512, kCorrectionsAt = 576;
 constexpr int64_t kChunkScaleBytes = 16 * 2;  // 16 f16 weight scales per chunk
-constexpr int64_t kPanelMinTokens = 16;        // as in matmul_avx512_vnni.cpp
 
 void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T0); }
 
@@ -161,9 +160,6 @@ void avx512vnni_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1
   // Batch8, 2 threads: 540-560 GOP/s, against 500 for 3 x 8 or 1 x 8 and 480 for 2 x 4; docs/kernels.md).
   static const TileSet q8 = make_tiles<WeightFormat::Q8, 2, 8>();
   static const TileSet q4 = make_tiles<WeightFormat::Q4, 2, 8>();
-  // Many tokens: the panels' unpacked copy in L2 (cheap to make from this layout) measured
-  // 10-20% faster than unpacking Q4 per token tile or walking Q8 rows in place.
-  if (n >= kPanelMinTokens) return avx512vnni_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   const bool q4_format = w.format == WeightFormat::Q4;
   if (n == 1) return tiled_matmul(q4_format ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
   tiled_matmul(q4_format ? q4 : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
