@@ -2,7 +2,8 @@
 //   Matvec/<format>/<rows>x<cols>   n = 1 (decode): GB/s of weights streamed, and "roofline" = that
 //                                   divided by the read bandwidth measured at start-up
 //   Batch8/<format>/<rows>x<cols>   n = 8 (batched decode of 8 sequences): GFLOP/s and GB/s
-//   Prefill/<format>/<rows>x<cols>  n = 512 tokens: GFLOP/s (2 flops per weight and token)
+//   Prefill/<format>/<rows>x<cols>  n = 512 tokens (TANDEM_BENCH_TOKENS=N for another count): GFLOP/s
+//                                   (2 flops per weight and token)
 // <format> q8i / q4i: Q8 / Q4 in the interleaved layout (AVX-512 VNNI only), as resident weights load.
 // TANDEM_BENCH_HOT=ROWS: one small matrix of ROWS rows, read from cache: the kernels' compute rate.
 // Run: build-*/bench/kernels_bench [--benchmark_filter=Matvec] ; TANDEM_ISA=avx2 to compare paths,
@@ -159,8 +160,10 @@ void register_shape(WeightFormat f, WeightLayout layout, const Shape& s) {
                                              [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, 8); });
   batch->Unit(benchmark::kMicrosecond)->MinTime(0.5);
   if (wall_clock) batch->UseRealTime();
+  const char* tokens_env = std::getenv("TANDEM_BENCH_TOKENS");
+  const int64_t tokens = tokens_env ? std::max<int64_t>(1, std::atoll(tokens_env)) : 512;
   auto* prefill = benchmark::RegisterBenchmark(("Prefill/" + fmt + "/" + s.name).c_str(),
-                                               [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, 512); });
+                                               [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, tokens); });
   prefill->Unit(benchmark::kMillisecond)->MinTime(0.5);
   if (wall_clock) prefill->UseRealTime();
 }

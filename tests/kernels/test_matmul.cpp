@@ -85,7 +85,7 @@ TEST_P(MatmulRows, SubRangesOfRows) {
   for (WeightFormat f : {WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::Q4}) {
     OwnedMatrix m = random_matrix(f, 37, is_quantized(f) ? 96 : 41, true, rng);
     for (auto [r0, r1] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {5, 6}, {3, 30}, {13, 37}})
-      for (int64_t n : {1, 4, 9})
+      for (int64_t n : {1, 4, 9, 50})
         check_matmul_rows(k, m.view, n, r0, r1, rng,
                           std::string(weight_format_name(f)) + " rows [" + std::to_string(r0) + ", " +
                               std::to_string(r1) + ") n=" + std::to_string(n));
@@ -100,6 +100,22 @@ TEST_P(MatmulRows, PrefillBlocking) {
   for (WeightFormat f : {WeightFormat::BF16, WeightFormat::F16, WeightFormat::Q8, WeightFormat::Q4}) {
     OwnedMatrix m = random_matrix(f, 21, is_quantized(f) ? 4096 + 32 : 4099, false, rng);
     check_matmul_rows(k, m.view, 130, 0, 21, rng, std::string(weight_format_name(f)) + " prefill");
+  }
+}
+
+// Many tokens of float weights take packed panels: groups of 64 rows, column blocks of up to 2560,
+// tiles of 6 tokens. Row ranges that start and end inside a group, columns that need three blocks
+// with a tail, and a token count with a partial tile.
+TEST_P(MatmulRows, FloatPanels) {
+  if (skip_unsupported(GetParam())) GTEST_SKIP();
+  const KernelTable& k = cpu::kernels_for(GetParam());
+  std::mt19937 rng(13);
+  for (WeightFormat f : {WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16}) {
+    OwnedMatrix m = random_matrix(f, 150, 5203, false, rng);
+    for (auto [r0, r1] : std::vector<std::pair<int64_t, int64_t>>{{0, 150}, {7, 139}})
+      check_matmul_rows(k, m.view, 53, r0, r1, rng,
+                        std::string(weight_format_name(f)) + " panels rows [" + std::to_string(r0) + ", " +
+                            std::to_string(r1) + ")");
   }
 }
 
