@@ -191,12 +191,15 @@ void pack_weight_panel(const WeightMatrix& w, int64_t row, int nr, int64_t k0, i
 // Tokens [t0, t0 + nt) (nt <= kPanelTokens; the rest zero) over columns [k0, k0 + kk) into
 // out[c * kPanelTokens + t].
 void pack_token_tile(const float* x, int64_t x_stride, int64_t t0, int nt, int64_t k0, int64_t kk, float* out) {
-  for (int t = 0; t < kPanelTokens; ++t) {
-    const float* src = x + (t0 + t) * x_stride + k0;
-    if (t >= nt)
-      for (int64_t c = 0; c < kk; ++c) out[c * kPanelTokens + t] = 0.0f;
-    else
-      for (int64_t c = 0; c < kk; ++c) out[c * kPanelTokens + t] = src[c];
+  constexpr __mmask16 kTileLanes = (1u << kPanelTokens) - 1;
+  for (int64_t c = 0; c < kk; c += 16) {
+    const int cols_here = int(std::min<int64_t>(16, kk - c));
+    const __mmask16 m = __mmask16((1u << cols_here) - 1);
+    __m512 r[16];
+    for (int t = 0; t < 16; ++t)
+      r[t] = t < nt ? _mm512_maskz_loadu_ps(m, x + (t0 + t) * x_stride + k0 + c) : _mm512_setzero_ps();
+    transpose16(r);
+    for (int i = 0; i < cols_here; ++i) _mm512_mask_storeu_ps(out + (c + i) * kPanelTokens, kTileLanes, r[i]);
   }
 }
 
