@@ -18,7 +18,10 @@ std::string tandem_cmd(const std::string& args) { return test::shell_quote(test:
 
 std::string join_ids(const std::vector<int>& ids) {
   std::string s;
-  for (int id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  for (int id : ids) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(id);
+  }
   return s;
 }
 
@@ -112,6 +115,25 @@ TEST(Inspect, ShowsLayerTableAndSkippedTensors) {
   EXPECT_THAT(r.out, HasSubstr("layer 5"));  // full donor
   EXPECT_THAT(r.out, HasSubstr("(skipped: KV-shared layer)"));
   EXPECT_THAT(r.out, HasSubstr("(skipped: not a text weight)"));
+}
+
+// `tandem bench --json` on a small checkpoint (its vocabulary is smaller than the ids a full one
+// gets): every documented key, and the roofline is the ratio the docs define.
+TEST(Bench, JsonReportsEveryKeyAndTheRooflineRatio) {
+  const std::string model = test::synth_checkpoint("tiny");
+  auto r = test::run(tandem_cmd("bench --model " + model + " --prompt 40 --gen 3 --batch 2 --threads 2 --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json out = json::parse(r.out);
+  for (const char* key : {"prefill_tok_s", "decode_tok_s", "ttft_s", "peak_rss_bytes", "weight_bytes_per_token",
+                          "read_bw_gb_s", "roofline", "batch_decode_tok_s"}) {
+    ASSERT_TRUE(out.contains(key)) << key;
+    EXPECT_GT(out[key].get<double>(), 0.0) << key;
+  }
+  EXPECT_NEAR(out["prefill_tok_s"].get<double>() * out["ttft_s"].get<double>(), 40.0, 1e-6);
+  const double expected_roofline = out["decode_tok_s"].get<double>() * out["weight_bytes_per_token"].get<double>() /
+                                   (out["read_bw_gb_s"].get<double>() * 1e9);
+  EXPECT_NEAR(out["roofline"].get<double>(), expected_roofline, 1e-6 * expected_roofline);
+  EXPECT_EQ(out["batch"].get<int>(), 2);
 }
 
 TEST(CliErrors, BadInputGivesMessageAndNonZeroExit) {
