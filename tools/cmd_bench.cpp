@@ -2,16 +2,11 @@
 // bandwidth measured in the same run, so decode speed can be stated as a fraction of the
 // memory roofline (weights streamed per token / bandwidth).
 #include <fmt/format.h>
-#include <fcntl.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <limits>
 #include <string>
-#include <sstream>
 #include <vector>
 #include <nlohmann/json.hpp>
 
@@ -50,64 +45,12 @@ std::vector<int32_t> bench_prompt(int n, int vocab, uint32_t seed) {
   return ids;
 }
 
-// Bytes the kernel reports it could hand out now (MemAvailable), or 0 when unknown.
-uint64_t available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  while (meminfo >> key >> kib) {
-    if (key == "MemAvailable:") return kib * 1024;
-    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
-  }
-  return 0;
-}
-
-// The file and offset that back address `p` of this process's mappings, from /proc/self/maps.
-bool mapped_file_of(const void* p, std::string& path, uint64_t& offset) {
-  std::ifstream maps("/proc/self/maps");
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
-  std::string line;
-  while (std::getline(maps, line)) {
-    std::istringstream fields(line);
-    std::string range, perms, file_offset, device, inode;
-    fields >> range >> perms >> file_offset >> device >> inode;
-    const size_t dash = range.find('-');
-    if (dash == std::string::npos) continue;
-    const uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16);
-    const uintptr_t hi = std::stoull(range.substr(dash + 1), nullptr, 16);
-    if (addr < lo || addr >= hi) continue;
-    std::getline(fields >> std::ws, path);
-    offset = std::stoull(file_offset, nullptr, 16) + (addr - lo);
-    return !path.empty() && path.front() == '/';
-  }
-  return false;
-}
-
-// The PLE table stays in its file mapping and is gathered one row per token, so with a cold page
-// cache the first use of a row is a disk read: ~6 ms here, 3 s over a 512-token prompt of random
-// ids after another checkpoint had filled the cache, and again for every new token decoded. A
-// server's cache warms over its first requests; the bench measures that steady state by reading
-// the table's file range into the page cache before timing (when it fits in half the available
-// memory; read() maps nothing, so RSS still counts only the rows used), then the prompt's rows.
-void page_in_ple_table(ThreadPool& pool, const WeightMatrix& table, const std::vector<int32_t>& prompt_ids) {
-  if (table.empty()) return;
-  const uint64_t bytes = uint64_t(table.rows) * uint64_t(table.row_stride);
-  std::string path;
-  uint64_t offset = 0;
-  if (bytes * 2 <= available_memory_bytes() && mapped_file_of(table.data, path, offset)) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd >= 0) {
-      constexpr uint64_t kChunk = 8 << 20;
-      pool.parallel_for(int64_t((bytes + kChunk - 1) / kChunk), [&](int64_t c0, int64_t c1) {
-        std::vector<char> buffer(kChunk);
-        for (int64_t c = c0; c < c1; ++c) {
-          const uint64_t at = uint64_t(c) * kChunk;
-          if (::pread(fd, buffer.data(), std::min(kChunk, bytes - at), off_t(offset + at)) < 0) return;
-        }
-      });
-      ::close(fd);
-    }
-  }
+// Cold PLE rows are disk reads (Gemma4Checkpoint::warm_ple_table). A server's page cache warms
+// over its first requests; the bench measures that steady state: the whole table in the page
+// cache when it fits, else at least the rows of the timed prompt.
+void warm_ple_rows(const Gemma4Checkpoint& ckpt, const std::vector<int32_t>& prompt_ids) {
+  if (ckpt.warm_ple_table()) return;
+  const WeightMatrix& table = ckpt.weights.ple_table;
   std::vector<float> row(static_cast<size_t>(table.cols));
   for (int32_t id : prompt_ids)
     if (id >= 0 && id < table.rows) table.row_to_float(id, row.data());
@@ -172,7 +115,7 @@ void bench(const BenchOptions& o) {
   // Single sequence: one prefill of --prompt tokens, then --gen decode steps.
   std::vector<KvSequenceBlocks> seqs(1);
   std::vector<std::vector<int32_t>> tokens = {bench_prompt(o.prompt, c.vocab_size, 2)};
-  page_in_ple_table(pool, ckpt->weights.ple_table, tokens[0]);
+  warm_ple_rows(*ckpt, tokens[0]);
   comm.barrier();
   double t0 = now();
   run(seqs, tokens);

@@ -203,6 +203,10 @@ void serve(const ServeOptions& o) {
     fmt::print(stderr, "tandem: warning: the tokenizer has {} ids but the model only {}; prompts with the extra "
                "ids will be refused\n", tokenizer->vocab_size(), checkpoint->config.vocab_size);
 
+  // Cold PLE rows are disk reads (warm_ple_table); fill the page cache behind the first requests.
+  // Declared after the checkpoint, so it stops and joins before the checkpoint goes away.
+  std::jthread warm_ple([&checkpoint](std::stop_token stop) { checkpoint->warm_ple_table(stop); });
+
   cpu::CpuOps ops(pool);
   EngineOptions engine_options;
   engine_options.worker.max_slots = o.parallel;

@@ -5,8 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <limits>
+#include <vector>
 
 #include "core/error.h"
 
@@ -72,8 +76,54 @@ void MappedFile::advise_willneed(size_t offset, size_t length) const {
   ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_WILLNEED);
 }
 
+bool MappedFile::read_into_page_cache(size_t offset, size_t length, std::stop_token stop) const {
+  if (offset >= size_) return length == 0;
+  const size_t end = std::min(size_, offset + length);
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ::posix_fadvise(fd, off_t(offset), off_t(end - offset), POSIX_FADV_SEQUENTIAL);
+  constexpr size_t kChunk = size_t(8) << 20;
+  std::vector<char> buffer(std::min(kChunk, end - offset));
+  bool ok = true;
+  for (size_t at = offset; at < end && ok;) {
+    if (stop.stop_requested()) {
+      ok = false;
+      break;
+    }
+    const ssize_t got = ::pread(fd, buffer.data(), std::min(kChunk, end - at), off_t(at));
+    if (got < 0 && errno == EINTR) continue;
+    ok = got > 0;
+    if (ok) at += size_t(got);
+  }
+  ::close(fd);
+  return ok;
+}
+
+void MappedFile::advise_no_huge_pages(size_t offset, size_t length) const {
+  if (!data_ || offset >= size_) return;
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const size_t begin = offset / page * page;
+  const size_t end = std::min(size_, offset + length);
+  ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_NOHUGEPAGE);
+}
+
 void MappedFile::advise_sequential() const {
   if (data_) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_SEQUENTIAL);
+}
+
+}  // namespace tandem
+
+namespace tandem {
+
+uint64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
 }
 
 }  // namespace tandem

@@ -78,6 +78,12 @@ const TensorInfo* CheckpointFiles::find(std::string_view name) const {
   return it == by_name_.end() ? nullptr : it->second;
 }
 
+const MappedFile* CheckpointFiles::mapping_of(const void* p) const {
+  for (const auto& file : files_)
+    if (file->mapping().contains(p)) return &file->mapping();
+  return nullptr;
+}
+
 const TensorInfo& CheckpointFiles::get(std::string_view name) const {
   const TensorInfo* t = find(name);
   if (!t) fail("{}: missing tensor '{}'", dir_, name);

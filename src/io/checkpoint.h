@@ -25,6 +25,8 @@ class CheckpointFiles {
   std::vector<const TensorInfo*> tensors() const;      // sorted by name
   const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
   const std::map<std::string, std::string>& metadata() const;  // of the first file
+  // The mapping that holds address p (a tensor's data), or nullptr.
+  const MappedFile* mapping_of(const void* p) const;
 
  private:
   std::string dir_;

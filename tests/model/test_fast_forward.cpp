@@ -61,17 +61,20 @@ TEST_P(FastForward, MatchesReferenceOnEveryIsa) {
       continue;
     }
     set_isa_cap(isa);
-    for (int threads : {1, 2}) {
-      ThreadPool pool(threads);
-      cpu::CpuOps ops(pool, cpu::active_kernels());
-      LocalCommunicator comm;
-      FastSequenceModel fast(*ckpt, ops, comm, 200, /*chunk_tokens=*/24);
-      const auto got = fast.forward(ids, true);
-      ASSERT_EQ(got.size(), expected.size());
-      for (size_t p = 0; p < got.size(); ++p)
-        ASSERT_LE(max_abs_diff(expected[p], got[p].data()), 1e-4f) << isa_name(isa) << " position " << p;
-      EXPECT_EQ(greedy(fast, ids, 30), expected_greedy) << isa_name(isa) << " threads " << threads;
-    }
+    // Chunks of 24 tokens take the register tiles, one chunk of 60 the float prefill panels.
+    for (int chunk : {24, 60})
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        cpu::CpuOps ops(pool, cpu::active_kernels());
+        LocalCommunicator comm;
+        FastSequenceModel fast(*ckpt, ops, comm, 200, chunk);
+        const auto got = fast.forward(ids, true);
+        ASSERT_EQ(got.size(), expected.size());
+        for (size_t p = 0; p < got.size(); ++p)
+          ASSERT_LE(max_abs_diff(expected[p], got[p].data()), 1e-4f)
+              << isa_name(isa) << " chunk " << chunk << " position " << p;
+        EXPECT_EQ(greedy(fast, ids, 30), expected_greedy) << isa_name(isa) << " chunk " << chunk << " threads " << threads;
+      }
   }
 }
 
