@@ -103,9 +103,9 @@ TEST_P(MatmulRows, PrefillBlocking) {
   }
 }
 
-// Many tokens of float weights take packed panels: groups of 64 rows, column blocks of up to 2560,
-// tiles of 6 tokens. Row ranges that start and end inside a group, columns that need three blocks
-// with a tail, and a token count with a partial tile.
+// Many tokens of float weights take packed panels: groups of 64 rows (16 on AVX2), column blocks
+// of up to 2560 (4096 on AVX2), tiles of 6 tokens. Row ranges that start and end inside a group,
+// columns that need several blocks and end in a tail, a token count with a partial tile.
 TEST_P(MatmulRows, FloatPanels) {
   if (skip_unsupported(GetParam())) GTEST_SKIP();
   const KernelTable& k = cpu::kernels_for(GetParam());
@@ -116,6 +116,8 @@ TEST_P(MatmulRows, FloatPanels) {
       check_matmul_rows(k, m.view, 53, r0, r1, rng,
                         std::string(weight_format_name(f)) + " panels rows [" + std::to_string(r0) + ", " +
                             std::to_string(r1) + ")");
+    OwnedMatrix no_columns = random_matrix(f, 20, 0, false, rng);  // y is all zeros, not left unwritten
+    check_matmul_rows(k, no_columns.view, 53, 0, 20, rng, std::string(weight_format_name(f)) + " panels, no columns");
   }
 }
 

@@ -69,6 +69,11 @@ WeightLayout preferred_layout(const WeightMatrix& w) {
   return !disabled && active_kernels().interleaved && can_interleave(w) ? WeightLayout::Interleaved : w.layout;
 }
 
+float* detail::thread_scratch_floats(int slot, size_t floats) {
+  thread_local ScratchBuffer slots[4];
+  return reinterpret_cast<float*>(slots[slot].get(floats * sizeof(float)));
+}
+
 void detail::quantize_then_matmul_rows(const KernelTable& k, const WeightMatrix& w, int64_t r0, int64_t r1,
                                        const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
   if (r0 >= r1 || n <= 0) return;

@@ -8,9 +8,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
-#include <new>
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/tiled_matmul.h"
@@ -222,31 +219,24 @@ void panel_tile(const float* panel, const float* tile, int64_t kk, float* y, int
       for (int v = 0; v < V; ++v) acc[t][v] = _mm512_fmadd_ps(wv[v], xb, acc[t][v]);
     }
   }
+  // Through memory with constant indices: indexing acc by the run-time nt below can make GCC keep
+  // every accumulator on the stack inside the loop (it did in the AVX2 twin of this kernel).
+  alignas(64) float sums[T][V][16];
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm512_store_ps(sums[t][v], acc[t][v]);
   for (int v = 0; v < V; ++v) {
     const int rows_here = std::clamp(nr - 16 * v, 0, 16);
     if (rows_here == 0) break;
     const __mmask16 m = __mmask16((1u << rows_here) - 1);
     for (int t = 0; t < nt; ++t) {
       float* out = y + t * y_stride + 16 * v;
-      const __m512 sum = accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, out), acc[t][v]) : acc[t][v];
+      const __m512 a = _mm512_load_ps(sums[t][v]);
+      const __m512 sum = accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, out), a) : a;
       _mm512_mask_storeu_ps(out, m, sum);
     }
   }
-}
-
-// Grow-only, 64-byte aligned, one per thread.
-float* panel_scratch(size_t floats, int which) {
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  thread_local std::unique_ptr<float, Free> buffers[2];
-  thread_local size_t capacity[2] = {0, 0};
-  if (floats > capacity[which]) {
-    capacity[which] = (floats + 15) / 16 * 16;
-    buffers[which].reset(static_cast<float*>(std::aligned_alloc(64, capacity[which] * sizeof(float))));
-    if (!buffers[which]) throw std::bad_alloc();
-  }
-  return buffers[which].get();
 }
 
 template <WeightFormat F>
@@ -257,8 +247,8 @@ void panel_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x,
   const int64_t blocks = (K + kMaxCols - 1) / kMaxCols;
   const int64_t kc = std::min(K, ((K + blocks - 1) / blocks + 15) / 16 * 16);  // equal blocks
   const int64_t token_tiles = (n + kPanelTokens - 1) / kPanelTokens;
-  float* tiles = panel_scratch(size_t(token_tiles * kc * kPanelTokens), 0);
-  float* panel = panel_scratch(size_t(kc * kPanelRows), 1);
+  float* tiles = thread_scratch_floats(0, size_t(token_tiles * kc * kPanelTokens));
+  float* panel = thread_scratch_floats(1, size_t(kc * kPanelRows));
   for (int64_t k0 = 0; k0 < K; k0 += kc) {
     const int64_t kk = std::min(kc, K - k0);
     // Every token tile over this column block, read by every row group below.
@@ -293,7 +283,7 @@ void avx512_matmul_rows_float(const WeightMatrix& w, int64_t r0, int64_t r1, con
         w.format == WeightFormat::F32 ? f32_decode : w.format == WeightFormat::F16 ? f16_decode : bf16_decode;
     return tiled_matmul(tiles, w, r0, r1, reinterpret_cast<const uint8_t*>(x), x_stride * 4, n, y, y_stride);
   }
-  if (n >= kPanelMinTokens) {
+  if (n >= kPanelMinTokens && w.cols > 0) {  // no columns: tiled_matmul writes the zeros
     if (w.format == WeightFormat::BF16) return panel_matmul<WeightFormat::BF16>(w, r0, r1, x, x_stride, n, y, y_stride);
     if (w.format == WeightFormat::F16) return panel_matmul<WeightFormat::F16>(w, r0, r1, x, x_stride, n, y, y_stride);
     return panel_matmul<WeightFormat::F32>(w, r0, r1, x, x_stride, n, y, y_stride);
