@@ -240,32 +240,16 @@ void panel_tile(const float* panel, const float* tile, int64_t kk, float* y, int
 }
 
 template <WeightFormat F>
-void panel_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride, int64_t n,
-                  float* y, int64_t y_stride) {
-  const int64_t K = w.cols;
-  constexpr int64_t kMaxCols = kPanelBytes / (kPanelRows * sizeof(float));
-  const int64_t blocks = (K + kMaxCols - 1) / kMaxCols;
-  const int64_t kc = std::min(K, ((K + blocks - 1) / blocks + 15) / 16 * 16);  // equal blocks
-  const int64_t token_tiles = (n + kPanelTokens - 1) / kPanelTokens;
-  float* tiles = thread_scratch_floats(0, size_t(token_tiles * kc * kPanelTokens));
-  float* panel = thread_scratch_floats(1, size_t(kc * kPanelRows));
-  for (int64_t k0 = 0; k0 < K; k0 += kc) {
-    const int64_t kk = std::min(kc, K - k0);
-    // Every token tile over this column block, read by every row group below.
-    for (int64_t i = 0; i < token_tiles; ++i) {
-      const int nt = int(std::min<int64_t>(kPanelTokens, n - i * kPanelTokens));
-      pack_token_tile(x, x_stride, i * kPanelTokens, nt, k0, kk, tiles + i * kc * kPanelTokens);
-    }
-    for (int64_t g = r0; g < r1; g += kPanelRows) {
-      const int nr = int(std::min<int64_t>(kPanelRows, r1 - g));
-      pack_weight_panel<F>(w, g, nr, k0, kk, panel);
-      for (int64_t i = 0; i < token_tiles; ++i) {
-        const int nt = int(std::min<int64_t>(kPanelTokens, n - i * kPanelTokens));
-        panel_tile(panel, tiles + i * kc * kPanelTokens, kk, y + i * kPanelTokens * y_stride + g, y_stride, nr, nt,
-                   k0 > 0);
-      }
-    }
-  }
+PanelKernels panel_kernels() {
+  PanelKernels k;
+  k.group_rows = kPanelRows;
+  k.tile_tokens = kPanelTokens;
+  k.max_cols = kPanelBytes / (kPanelRows * int64_t(sizeof(float)));
+  k.col_align = 16;
+  k.pack_tokens = pack_token_tile;
+  k.pack_weights = pack_weight_panel<F>;
+  k.multiply = panel_tile;
+  return k;
 }
 
 }  // namespace
@@ -284,9 +268,11 @@ void avx512_matmul_rows_float(const WeightMatrix& w, int64_t r0, int64_t r1, con
     return tiled_matmul(tiles, w, r0, r1, reinterpret_cast<const uint8_t*>(x), x_stride * 4, n, y, y_stride);
   }
   if (n >= kPanelMinTokens && w.cols > 0) {  // no columns: tiled_matmul writes the zeros
-    if (w.format == WeightFormat::BF16) return panel_matmul<WeightFormat::BF16>(w, r0, r1, x, x_stride, n, y, y_stride);
-    if (w.format == WeightFormat::F16) return panel_matmul<WeightFormat::F16>(w, r0, r1, x, x_stride, n, y, y_stride);
-    return panel_matmul<WeightFormat::F32>(w, r0, r1, x, x_stride, n, y, y_stride);
+    static const PanelKernels f32p = panel_kernels<WeightFormat::F32>();
+    static const PanelKernels f16p = panel_kernels<WeightFormat::F16>();
+    static const PanelKernels bf16p = panel_kernels<WeightFormat::BF16>();
+    const PanelKernels& k = w.format == WeightFormat::F32 ? f32p : w.format == WeightFormat::F16 ? f16p : bf16p;
+    return panel_matmul(k, w, r0, r1, x, x_stride, n, y, y_stride);
   }
   const TileSet& tiles = w.format == WeightFormat::F32 ? f32 : w.format == WeightFormat::F16 ? f16 : bf16;
   tiled_matmul(tiles, w, r0, r1, reinterpret_cast<const uint8_t*>(x), x_stride * 4, n, y, y_stride);

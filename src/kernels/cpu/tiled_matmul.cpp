@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/isa_kernels.h"
+
 namespace tandem::cpu {
 
 namespace {
@@ -58,6 +60,33 @@ void tiled_matmul(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64
           tiles.fn[rr - 1][tt - 1](w, r, x + t * x_stride, x_stride, k0, k1, y + t * y_stride, y_stride, accumulate,
                                    false);
         }
+      }
+    }
+  }
+}
+
+void panel_matmul(const PanelKernels& k, const WeightMatrix& w, int64_t r0, int64_t r1, const float* x,
+                  int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
+  const int64_t K = w.cols;
+  const int64_t blocks = (K + k.max_cols - 1) / k.max_cols;
+  const int64_t kc = std::min(K, ((K + blocks - 1) / blocks + k.col_align - 1) / k.col_align * k.col_align);
+  const int64_t token_tiles = (n + k.tile_tokens - 1) / k.tile_tokens;
+  const int64_t tile_floats = kc * k.tile_tokens;
+  float* tiles = detail::thread_scratch_floats(0, size_t(token_tiles * tile_floats));
+  float* panel = detail::thread_scratch_floats(1, size_t(kc * k.group_rows));
+  for (int64_t k0 = 0; k0 < K; k0 += kc) {
+    const int64_t kk = std::min(kc, K - k0);
+    // Every token tile over this column block, read by every row group below.
+    for (int64_t i = 0; i < token_tiles; ++i) {
+      const int nt = int(std::min<int64_t>(k.tile_tokens, n - i * k.tile_tokens));
+      k.pack_tokens(x, x_stride, i * k.tile_tokens, nt, k0, kk, tiles + i * tile_floats);
+    }
+    for (int64_t g = r0; g < r1; g += k.group_rows) {
+      const int nr = int(std::min<int64_t>(k.group_rows, r1 - g));
+      k.pack_weights(w, g, nr, k0, kk, panel);
+      for (int64_t i = 0; i < token_tiles; ++i) {
+        const int nt = int(std::min<int64_t>(k.tile_tokens, n - i * k.tile_tokens));
+        k.multiply(panel, tiles + i * tile_floats, kk, y + i * k.tile_tokens * y_stride + g, y_stride, nr, nt, k0 > 0);
       }
     }
   }

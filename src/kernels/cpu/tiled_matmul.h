@@ -31,6 +31,28 @@ struct TileSet {
 void tiled_matmul(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* x,
                   int64_t x_stride, int64_t n, float* y, int64_t y_stride);
 
+// The float prefill panels (matmul_avx512.cpp, matmul_avx2.cpp): per column block of up to
+// max_cols, every tile of tile_tokens tokens is packed once (k-major), then each group of
+// group_rows rows is packed (widened, k-major) and multiplied with every token tile. Each ISA
+// supplies the three steps; this is the loop nest they share.
+struct PanelKernels {
+  int group_rows = 0;
+  int tile_tokens = 0;
+  int64_t max_cols = 0;   // a group's panel over this many columns fits the ISA's L2 budget
+  int64_t col_align = 1;  // column blocks are multiples of this
+  // Tokens [t0, t0 + nt) over columns [k0, k0 + kk) into out[c * tile_tokens + t], zero past nt.
+  void (*pack_tokens)(const float* x, int64_t x_stride, int64_t t0, int nt, int64_t k0, int64_t kk, float* out);
+  // Rows [row, row + nr) over columns [k0, k0 + kk) into panel[c * group_rows + r], zero past nr.
+  void (*pack_weights)(const WeightMatrix& w, int64_t row, int nr, int64_t k0, int64_t kk, float* panel);
+  // y[t * y_stride + r] (+)= sum_c panel[c][r] * tile[c][t] for r < nr, t < nt.
+  void (*multiply)(const float* panel, const float* tile, int64_t kk, float* y, int64_t y_stride, int nr, int nt,
+                   bool accumulate);
+};
+
+// y[i * y_stride + r] = W(r, :) . x_i for r in [r0, r1), i in [0, n); w.cols > 0.
+void panel_matmul(const PanelKernels& k, const WeightMatrix& w, int64_t r0, int64_t r1, const float* x,
+                  int64_t x_stride, int64_t n, float* y, int64_t y_stride);
+
 template <template <int, int> class Kernel, int R, int... Ts>
 void fill_tile_row(TileSet& set, std::integer_sequence<int, Ts...>) {
   ((set.fn[R - 1][Ts] = &Kernel<R, Ts + 1>::run), ...);
