@@ -34,12 +34,17 @@ class MappedFile {
   // into this process (RSS unchanged). Returns false if the file cannot be read or `stop` was
   // requested first (checked between 8 MB reads).
   bool read_into_page_cache(size_t offset, size_t length, std::stop_token stop = {}) const;
+  // Copies bytes [offset, offset + length) of the file into dst with pread, without touching the
+  // mapping (for data gathered a few KB at a time: a touched mapping counts whole page-cache folios
+  // as this process's RSS). Returns false if the range is outside the file or cannot be read.
+  bool read(size_t offset, size_t length, void* dst) const;
 
  private:
   void release();
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;  // kept open for read()
 };
 
 }  // namespace tandem

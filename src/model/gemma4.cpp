@@ -22,7 +22,8 @@ Gemma4Model::Gemma4Model(const Gemma4Config& config, const ModelWeights& weights
       cache_(cache),
       max_tokens_(max_step_tokens),
       max_logit_rows_(max_logit_rows),
-      vocab_local_(weights.lm_head.rows) {
+      vocab_local_(weights.lm_head.rows),
+      ple_rows_(weights.ple_table, weights.ple_table_file) {
   if (max_step_tokens < 1 || max_logit_rows < 1) fail("a step must hold at least one token and one logit row");
   const int64_t T = max_step_tokens, H = config.hidden_size, LP = int64_t(config.num_layers) * config.ple_dim;
   int64_t q_width = 0, kv_width = 0, mlp_width = 0, half_dim[2] = {0, 0};
@@ -121,7 +122,8 @@ void Gemma4Model::per_layer_inputs() {
   ops_.scale(ple_.data(), T * LP, float(1.0 / std::sqrt(double(config_.hidden_size))));
   ops_.rms_norm(ple_.data(), P, ple_.data(), P, T * config_.num_layers, P, weights_.ple_projection_norm.data(),
                 config_.rms_norm_eps);
-  ops_.embed(weights_.ple_table, ids_.data(), T, float(std::sqrt(double(P))), ple_tokens_.data(), LP);
+  const GatheredRows::View rows = ple_rows_.gather(ids_.data(), T);
+  ops_.embed(*rows.matrix, rows.ids, T, float(std::sqrt(double(P))), ple_tokens_.data(), LP);
   ops_.add(ple_.data(), ple_tokens_.data(), T * LP);
   ops_.scale(ple_.data(), T * LP, float(M_SQRT1_2));
 }

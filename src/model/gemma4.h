@@ -12,6 +12,7 @@
 
 #include "kernels/ops.h"
 #include "model/config.h"
+#include "model/gathered_rows.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
 #include "parallel/communicator.h"
@@ -65,6 +66,7 @@ class Gemma4Model {
   int max_logit_rows_;
   int64_t vocab_local_;
   std::vector<std::vector<float>> inv_freq_;  // per attention kind (sliding, full)
+  GatheredRows ple_rows_;
 
   // Per-step state; buffers are sized once for max_step_tokens.
   std::span<const StepSequence> batch_;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/gathered_rows.h"
 #include "model/rope.h"
 
 namespace tandem {
@@ -95,7 +96,9 @@ void ReferenceModel::embed(std::span<const int32_t> tokens, Rows& x, Rows& per_l
     const float projection_scale = float(1.0 / std::sqrt(double(H)));
     const float ple_scale = float(std::sqrt(double(P)));
     if (tokens[s] >= config_.ple_vocab_size) fail("token id {} is outside the per-layer embedding table", tokens[s]);
-    weights_.ple_table.row_to_float(tokens[s], token_rows.data());
+    GatheredRows table_row(weights_.ple_table, weights_.ple_table_file);
+    const GatheredRows::View row = table_row.gather(&tokens[s], 1);
+    row.matrix->row_to_float(row.ids[0], token_rows.data());
     for (int i = 0; i < L; ++i) {
       float* context = projected.data() + size_t(i) * P;
       for (int d = 0; d < P; ++d) context[d] *= projection_scale;

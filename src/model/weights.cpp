@@ -113,6 +113,7 @@ ModelWeights ModelWeights::bind(const CheckpointFiles& files, const Gemma4Config
   w.final_norm = b.vector("norm.weight", H);
   if (P > 0) {
     w.ple_table = b.matrix("embed_tokens_per_layer.weight", c.ple_vocab_size, L * P);
+    w.ple_table_file = files.mapping_of(w.ple_table.data);
     w.ple_model_projection = b.matrix("per_layer_model_projection.weight", L * P, H);
     w.ple_projection_norm = b.vector("per_layer_projection_norm.weight", P);
   }

@@ -35,6 +35,7 @@ struct ModelWeights {
   WeightMatrix lm_head;      // this rank's vocabulary rows of the same tensor
   int64_t lm_head_first = 0; // first vocabulary id of lm_head
   WeightMatrix ple_table;    // [ple_vocab, L*P]
+  const MappedFile* ple_table_file = nullptr;  // the mapping ple_table lies in (rows are pread: gathered_rows.h)
   WeightMatrix ple_model_projection;  // [L*P, H]
   NormWeight ple_projection_norm;     // [P]
   NormWeight final_norm;              // [H]

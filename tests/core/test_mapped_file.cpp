@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -52,6 +53,22 @@ class PageCache : public ::testing::Test {
   std::string path_;
   std::vector<char> bytes_;
 };
+
+TEST_F(PageCache, ReadCopiesExactlyTheRangeAndRefusesOneOutsideTheFile) {
+  MappedFile m(path_);
+  const size_t offset = 4096 * 3 + 17, length = 70000;
+  std::vector<char> got(length + 1, 'x');
+  ASSERT_TRUE(m.read(offset, length, got.data()));
+  EXPECT_TRUE(std::equal(got.begin(), got.begin() + long(length), bytes_.begin() + long(offset)));
+  EXPECT_EQ(got[length], 'x');
+  ASSERT_TRUE(m.read(bytes_.size() - 5, 5, got.data()));
+  EXPECT_TRUE(std::equal(got.begin(), got.begin() + 5, bytes_.end() - 5));
+  EXPECT_FALSE(m.read(bytes_.size() - 5, 6, got.data()));
+  EXPECT_FALSE(m.read(bytes_.size() + 1, 0, got.data()));
+  MappedFile moved(std::move(m));
+  EXPECT_TRUE(moved.read(0, 3, got.data()));
+  EXPECT_FALSE(m.read(0, 3, got.data()));  // NOLINT(bugprone-use-after-move): a moved-from map reads nothing
+}
 
 TEST_F(PageCache, ReadsTheRangeInWithoutChangingTheMapping) {
   MappedFile m(path_);
