@@ -3,6 +3,7 @@
 // N threads starts N-1 workers. Jobs are handed over without allocation: workers spin briefly on a
 // generation counter and then sleep on it, which keeps per-job latency in the microseconds for the
 // hundreds of small parallel regions of one decode step.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -36,6 +37,20 @@ class ThreadPool {
     run([&](int t, int nt) {
       auto [begin, end] = split_range(n, t, nt, grain);
       if (begin < end) fn(begin, end);
+    });
+  }
+
+  // Hands out [0, n) in chunks of `chunk` (the last may be shorter) to whichever thread asks next,
+  // calling fn(begin, end) for each: a thread that is slowed down (a busy host taking its core)
+  // does fewer chunks instead of holding everyone up at the end.
+  template <typename F>
+  void parallel_chunks(int64_t n, int64_t chunk, F&& fn) {
+    if (n <= 0) return;
+    chunk = std::max<int64_t>(1, chunk);
+    std::atomic<int64_t> next{0};
+    run([&](int, int) {
+      for (int64_t begin; (begin = next.fetch_add(chunk, std::memory_order_relaxed)) < n;)
+        fn(begin, std::min(n, begin + chunk));
     });
   }
 

@@ -2,10 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
@@ -56,6 +60,41 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << threads << " " << n << " " << i;
     }
   }
+}
+
+TEST(ThreadPool, ParallelChunksCoverEveryIndexOnceInWholeChunks) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 15, 16, 17, 1000}) {
+      std::vector<std::atomic<int>> hits(size_t(n) + 1);
+      std::atomic<int> odd_chunks{0};
+      pool.parallel_chunks(n, 16, [&](int64_t b, int64_t e) {
+        if (b % 16 != 0 || (e - b != 16 && e != n)) odd_chunks++;
+        for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+      });
+      EXPECT_EQ(odd_chunks.load(), 0);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << threads << " " << n << " " << i;
+    }
+  }
+}
+
+TEST(ThreadPool, ParallelChunksGoToTheThreadThatIsFree) {
+  ThreadPool pool(2);
+  std::mutex m;
+  std::map<std::thread::id, int> chunks_by_thread;
+  std::thread::id slow;
+  pool.parallel_chunks(20, 1, [&](int64_t b, int64_t) {
+    {
+      std::lock_guard lock(m);
+      chunks_by_thread[std::this_thread::get_id()]++;
+      if (b == 0) slow = std::this_thread::get_id();
+    }
+    // The thread holding the first chunk stalls (as a core taken by the host would) while the
+    // other one works through the rest.
+    if (b == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  });
+  ASSERT_EQ(chunks_by_thread.size(), 2u);
+  EXPECT_EQ(chunks_by_thread[slow], 1);
 }
 
 TEST(ThreadPool, SplitRangeRespectsGrain) {

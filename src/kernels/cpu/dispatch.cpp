@@ -20,6 +20,19 @@ constexpr int64_t kRowGrain = 16;
 constexpr int64_t kMinParallelWork = 1 << 16;
 // With fewer tokens than this the calling thread quantizes the activations alone.
 constexpr int64_t kMinParallelQuantize = 16;
+// Decode and batched decode (up to this many tokens) hand rows out in chunks, a few per thread,
+// to whichever thread is free: on a shared host one core is often slowed for milliseconds, and
+// with one fixed range per thread every matmul then waited for it. Longer runs keep one range per
+// thread: the prefill kernels pack the activations once per call and range.
+constexpr int64_t kMaxChunkedTokens = 15;
+constexpr int64_t kChunksPerThread = 8;
+
+template <typename F>
+void split_rows(ThreadPool& pool, int64_t rows, int64_t n, F&& fn) {
+  if (n > kMaxChunkedTokens) return pool.parallel_for(rows, fn, kRowGrain);
+  const int64_t per_chunk = (rows + pool.size() * kChunksPerThread - 1) / (pool.size() * kChunksPerThread);
+  pool.parallel_chunks(rows, (per_chunk + kRowGrain - 1) / kRowGrain * kRowGrain, fn);
+}
 
 // 64-byte aligned, grow-only scratch memory.
 class ScratchBuffer {
@@ -94,8 +107,7 @@ void matmul(ThreadPool& pool, const KernelTable& table, const WeightMatrix& w, c
   const bool parallel = pool.size() > 1 && w.rows * w.cols * n >= kMinParallelWork && w.rows > kRowGrain;
   if (!is_quantized(w.format) || !k.quantize_activations) {
     if (!parallel) return k.matmul_rows(w, 0, w.rows, x, x_stride, n, y, y_stride);
-    pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) { k.matmul_rows(w, r0, r1, x, x_stride, n, y, y_stride); },
-                      kRowGrain);
+    split_rows(pool, w.rows, n, [&](int64_t r0, int64_t r1) { k.matmul_rows(w, r0, r1, x, x_stride, n, y, y_stride); });
     return;
   }
   const int64_t stride = k.quantized_activation_stride(w, n);
@@ -108,8 +120,8 @@ void matmul(ThreadPool& pool, const KernelTable& table, const WeightMatrix& w, c
     k.quantize_activations(w, n, x, x_stride, 0, n, xq, stride);
   }
   if (!parallel) return k.matmul_rows_quantized(w, 0, w.rows, xq, stride, n, y, y_stride);
-  pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) { k.matmul_rows_quantized(w, r0, r1, xq, stride, n, y, y_stride); },
-                    kRowGrain);
+  split_rows(pool, w.rows, n,
+             [&](int64_t r0, int64_t r1) { k.matmul_rows_quantized(w, r0, r1, xq, stride, n, y, y_stride); });
 }
 
 }  // namespace tandem::cpu
