@@ -49,7 +49,11 @@ struct InterleavedTile {
       wp[r] = w.data + (row + r) * w.row_stride;
       sp[r] = w.scales + (row + r) * w.scale_stride;
     }
-    if (prefetch_next)
+    // Q8, one token: in address order when the rows lie back to back (tiled_matmul.h); otherwise
+    // each row of a later tile. On Zen 4 the former read Q8 matvecs 5-25% faster; it made Q4's
+    // no faster and batches of 8 (2-row tiles) 1.3-1.7x slower, so those keep the latter.
+    const bool sequential = F == WeightFormat::Q8 && T == 1 && prefetch_next && rows_back_to_back(w);
+    if (prefetch_next && !sequential)
       for (int r = 0; r < R; ++r)
         for (int64_t b = ch0 * kChunkScaleBytes; b < ch1 * kChunkScaleBytes; b += 64)
           prefetch(sp[r] + kPrefetchTiles * R * w.scale_stride + b);
@@ -60,12 +64,22 @@ struct InterleavedTile {
 
     for (int64_t ch = ch0; ch < ch1; ++ch) {
       const uint8_t* xc = xb + ch * kChunkBytesX;
-      if (prefetch_next)
+      // One prefetch per weight load, spread over the chunk: issued in a burst per chunk they
+      // overflowed the miss queue (a read test on Zen 4 went from 28 to 10-17 GB/s).
+      const auto prefetch_step = [&](int k) {
+        if (!sequential) return;
+        prefetch_tile_ahead<R>(wp[0], ch * kChunkBytesW + 64 * k);
+        // The scales: R * 32 bytes of progress per chunk, the same fraction of the stream ahead.
+        if (64 * k < R * kChunkScaleBytes)
+          prefetch(sp[0] + R * ch * kChunkScaleBytes + 64 * k + kStreamAhead * kChunkScaleBytes / kChunkBytesW);
+      };
+      if (prefetch_next && !sequential) {
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
           for (int64_t b = 0; b < kChunkBytesW; b += 64)
             prefetch(wp[r] + kPrefetchTiles * R * w.row_stride + ch * kChunkBytesW + b);
+      }
       __m512i acc[R][T];
 #pragma GCC unroll 12
       for (int t = 0; t < T; ++t) {
@@ -76,6 +90,7 @@ struct InterleavedTile {
       if constexpr (F == WeightFormat::Q8) {
 #pragma GCC unroll 8
         for (int k = 0; k < 8; ++k) {
+          prefetch_step(k);
           __m512i wv[R];
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_si512(wp[r] + ch * kChunkBytesW + 64 * k);
@@ -89,6 +104,7 @@ struct InterleavedTile {
       } else {
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
+          prefetch_step(k);
           __m512i packed[R], codes[R];
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
