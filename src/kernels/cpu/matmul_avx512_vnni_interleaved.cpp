@@ -104,7 +104,6 @@ struct InterleavedTile {
       } else {
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
-          prefetch_step(k);
           __m512i packed[R], codes[R];
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
