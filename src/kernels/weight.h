@@ -50,6 +50,12 @@ struct WeightMatrix {
 // Bytes one row of `cols` values takes in `format` (data part only; scales separate), either layout.
 int64_t row_bytes(WeightFormat format, int64_t cols);
 
+inline bool is_quantized(WeightFormat format) { return format == WeightFormat::Q8 || format == WeightFormat::Q4; }
+// Bytes of one row's f16 scales (Q8/Q4; 0 for float formats): a whole row's scale_stride.
+inline int64_t scale_row_bytes(WeightFormat format, int64_t cols) {
+  return is_quantized(format) ? cols / kQuantBlock * 2 : 0;
+}
+
 // Whether w (Q8/Q4, Plain) can be rearranged into the Interleaved layout.
 bool can_interleave(const WeightMatrix& w);
 // Rearranges rows [r0, r1) of a Plain Q8/Q4 matrix in place (w.data must be writable); the caller

@@ -19,8 +19,6 @@ struct OwnedMatrix {
   WeightMatrix view;
 };
 
-inline bool is_quantized(WeightFormat f) { return f == WeightFormat::Q8 || f == WeightFormat::Q4; }
-
 // A rows x cols matrix, stored as a slice of a larger one when `sliced` (one extra row above,
 // 32 extra columns on each side and row padding), so strides and offsets are not the natural ones.
 inline OwnedMatrix random_matrix(WeightFormat format, int64_t rows, int64_t cols, bool sliced, std::mt19937& rng) {

@@ -58,8 +58,6 @@ class ScratchBuffer {
 thread_local ScratchBuffer t_rows_scratch;    // matmul_rows called directly, on any thread
 thread_local ScratchBuffer t_matmul_scratch;  // matmul(), read by every thread of the pool
 
-bool is_quantized(WeightFormat f) { return f == WeightFormat::Q8 || f == WeightFormat::Q4; }
-
 }  // namespace
 
 const KernelTable& kernels_for(Isa isa) {

@@ -62,8 +62,8 @@ void panel_matmul(const PanelKernels& k, const WeightMatrix& w, int64_t r0, int6
 constexpr int64_t kStreamAhead = 16 << 10;
 
 inline bool rows_back_to_back(const WeightMatrix& w) {
-  const bool quantized = w.format == WeightFormat::Q8 || w.format == WeightFormat::Q4;
-  return w.row_stride == row_bytes(w.format, w.cols) && (!quantized || w.scale_stride == w.cols / kQuantBlock * 2);
+  return w.row_stride == row_bytes(w.format, w.cols) &&
+         (!is_quantized(w.format) || w.scale_stride == scale_row_bytes(w.format, w.cols));
 }
 
 // The R lines at R * done + ahead of a back-to-back tile starting at `tile`: call once per 64 bytes
