@@ -84,11 +84,8 @@ struct BenchMatrix {
       w.scales = scales.get();
     }
     if (layout == WeightLayout::Interleaved) {
-      std::unique_ptr<uint8_t[]> interleaved(new uint8_t[size_t(interleaved_bytes(format, rows, cols))]);
-      write_interleaved(w, interleaved.get());
-      w = interleaved_matrix(format, rows, cols, interleaved.get());
-      data = std::move(interleaved);
-      scales.reset();
+      interleave_rows(w, data.get(), 0, rows);
+      w.layout = layout;
     }
   }
 };

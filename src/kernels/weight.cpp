@@ -10,24 +10,25 @@ namespace tandem {
 
 namespace {
 
-// Where column c's code sits in a row's Interleaved chunk: byte offset from the chunk's start, and
-// for Q4 whether it is the high nibble (see WeightLayout).
+// Where column c's code sits in an Interleaved row: byte offset, and for Q4 whether it is the
+// high nibble (see WeightLayout).
 struct CodePlace {
   int64_t byte;
   bool high;
 };
 
-CodePlace place_in_chunk(WeightFormat format, int64_t in_chunk) {
+CodePlace interleaved_place(WeightFormat format, int64_t c) {
+  const int64_t chunk = c / kInterleaveChunk, in_chunk = c % kInterleaveChunk;
   const int64_t block = in_chunk / kQuantBlock, in_block = in_chunk % kQuantBlock;
   const int64_t vector = in_block / 4, lane_byte = 4 * block + in_block % 4;
-  if (format == WeightFormat::Q8) return {64 * vector + lane_byte, false};
-  return {64 * (vector % 4) + lane_byte, vector >= 4};
+  if (format == WeightFormat::Q8) return {chunk * kInterleaveChunk + 64 * vector + lane_byte, false};
+  return {chunk * kInterleaveChunk / 2 + 64 * (vector % 4) + lane_byte, vector >= 4};
 }
 
-int interleaved_code(WeightFormat format, const uint8_t* chunk, int64_t in_chunk) {
-  const CodePlace p = place_in_chunk(format, in_chunk);
-  if (format == WeightFormat::Q8) return int(chunk[p.byte]) - 128;
-  return int(p.high ? chunk[p.byte] >> 4 : chunk[p.byte] & 0xf) - 8;
+int interleaved_code(WeightFormat format, const uint8_t* row, int64_t c) {
+  const CodePlace p = interleaved_place(format, c);
+  if (format == WeightFormat::Q8) return int(row[p.byte]) - 128;
+  return int(p.high ? row[p.byte] >> 4 : row[p.byte] & 0xf) - 8;
 }
 
 }  // namespace
@@ -37,48 +38,28 @@ bool can_interleave(const WeightMatrix& w) {
          w.cols > 0 && w.cols % kInterleaveChunk == 0;
 }
 
-int64_t interleaved_bytes(WeightFormat format, int64_t rows, int64_t cols) {
-  return rows * (row_bytes(format, cols) + scale_row_bytes(format, cols));
-}
-
-WeightMatrix interleaved_matrix(WeightFormat format, int64_t rows, int64_t cols, const uint8_t* data) {
-  WeightMatrix m;
-  m.format = format;
-  m.rows = rows;
-  m.cols = cols;
-  m.data = data;
-  m.row_stride = row_bytes(format, cols) + scale_row_bytes(format, cols);
-  m.layout = WeightLayout::Interleaved;
-  return m;
-}
-
-void write_interleaved(const WeightMatrix& w, uint8_t* dest) {
-  if (!can_interleave(w)) fail("write_interleaved: needs a plain Q8/Q4 matrix with columns a multiple of {}", kInterleaveChunk);
-  const WeightMatrix out = interleaved_matrix(w.format, w.rows, w.cols, dest);
-  const int64_t chunk_scale_bytes = kInterleaveChunk / kQuantBlock * 2;
-  for (int64_t r = 0; r < w.rows; ++r) {
-    const uint8_t* plain = w.data + r * w.row_stride;
-    const uint8_t* plain_scales = w.scales + r * w.scale_stride;
-    const InterleavedRow place = interleaved_row(out, r);
-    for (int64_t chunk = 0; chunk < w.cols / kInterleaveChunk; ++chunk) {
-      uint8_t* codes = const_cast<uint8_t*>(place.codes) + chunk * place.chunk_step;
-      std::memcpy(const_cast<uint8_t*>(place.scales) + chunk * place.chunk_step, plain_scales + chunk * chunk_scale_bytes,
-                  size_t(chunk_scale_bytes));
-      if (w.format == WeightFormat::Q4) std::memset(codes, 0, size_t(kInterleaveChunk / 2));
-      // The loops walk place_in_chunk() in order, without its divisions (this runs over every weight at load).
+void interleave_rows(const WeightMatrix& w, uint8_t* data, int64_t r0, int64_t r1) {
+  if (!can_interleave(w)) fail("interleave_rows: needs a plain Q8/Q4 matrix with columns a multiple of {}", kInterleaveChunk);
+  const int64_t bytes = row_bytes(w.format, w.cols);
+  std::vector<uint8_t> plain(size_t(bytes), 0);
+  for (int64_t r = r0; r < r1; ++r) {
+    uint8_t* row = data + r * w.row_stride;
+    std::memcpy(plain.data(), row, size_t(bytes));
+    if (w.format == WeightFormat::Q4) std::memset(row, 0, size_t(bytes));
+    // The loops walk interleaved_place() in order, without its divisions (this runs over every weight at load).
+    for (int64_t chunk = 0; chunk < w.cols / kInterleaveChunk; ++chunk)
       for (int64_t j = 0; j < 16; ++j)
         for (int64_t k = 0; k < 8; ++k)
           for (int64_t b = 0; b < 4; ++b) {
             const int64_t c = chunk * kInterleaveChunk + 32 * j + 4 * k + b;
             if (w.format == WeightFormat::Q8) {
-              codes[64 * k + 4 * j + b] = uint8_t(plain[c] ^ 0x80);  // q + 128
+              row[chunk * kInterleaveChunk + 64 * k + 4 * j + b] = uint8_t(plain[size_t(c)] ^ 0x80);  // q + 128
             } else {
-              const uint8_t packed = plain[c / 2];
+              const uint8_t packed = plain[size_t(c / 2)];
               const uint8_t code = c % 2 ? packed >> 4 : packed & 0xf;  // stored as q + 8 already
-              codes[64 * (k % 4) + 4 * j + b] |= k >= 4 ? uint8_t(code << 4) : code;
+              row[chunk * kInterleaveChunk / 2 + 64 * (k % 4) + 4 * j + b] |= k >= 4 ? uint8_t(code << 4) : code;
             }
           }
-    }
   }
 }
 
@@ -117,10 +98,6 @@ int64_t row_bytes(WeightFormat format, int64_t cols) {
 
 WeightMatrix WeightMatrix::slice_rows(int64_t first, int64_t count) const {
   if (first < 0 || count < 0 || first + count > rows) fail("row slice [{}, +{}) out of {} rows", first, count, rows);
-  if (layout == WeightLayout::Interleaved &&
-      (first % kInterleaveGroupRows || (count % kInterleaveGroupRows && first + count != rows)))
-    fail("row slice [{}, +{}) of an interleaved matrix does not fall on groups of {} rows", first, count,
-         kInterleaveGroupRows);
   WeightMatrix s = *this;
   s.rows = count;
   s.data = data + first * row_stride;
@@ -163,23 +140,15 @@ void WeightMatrix::row_to_float(int64_t r, float* out) const {
       return;
     case WeightFormat::Q8:
     case WeightFormat::Q4: {
-      if (layout == WeightLayout::Interleaved) {
-        const InterleavedRow place = interleaved_row(*this, r);
-        for (int64_t c = 0; c < cols; ++c) {
-          const int64_t chunk = c / kInterleaveChunk, in_chunk = c % kInterleaveChunk;
-          uint16_t sbits;
-          std::memcpy(&sbits, place.scales + chunk * place.chunk_step + 2 * (in_chunk / kQuantBlock), 2);
-          out[c] = f16_to_f32(sbits) * float(interleaved_code(format, place.codes + chunk * place.chunk_step, in_chunk));
-        }
-        return;
-      }
       const uint8_t* srow = scales + r * scale_stride;
       for (int64_t c = 0; c < cols; ++c) {
         uint16_t sbits;
         std::memcpy(&sbits, srow + 2 * (c / kQuantBlock), 2);
         const float scale = f16_to_f32(sbits);
         int q;
-        if (format == WeightFormat::Q8) {
+        if (layout == WeightLayout::Interleaved) {
+          q = interleaved_code(format, row, c);
+        } else if (format == WeightFormat::Q8) {
           q = int(int8_t(row[c]));
         } else {
           const uint8_t byte = row[c / 2];

@@ -37,13 +37,7 @@ struct CopyJob {
   size_t offset;
   size_t rows, row_bytes, stride;
   uint8_t* dest;
-  // Set for a block of a Q8/Q4 matrix going into the Interleaved layout: its rows' scales, read
-  // like the codes; both pass through a staging buffer and land in dest rearranged.
-  const FileSpan* scales_file = nullptr;
-  size_t scales_offset = 0, scale_bytes = 0, scales_stride = 0;
-  WeightFormat format = WeightFormat::F32;
-  int64_t cols = 0;
-  size_t bytes() const { return rows * (row_bytes + scale_bytes); }
+  size_t bytes() const { return rows * row_bytes; }
 };
 
 void pread_all(const FileSpan& f, uint8_t* dest, size_t n, size_t offset) {
@@ -57,32 +51,14 @@ void pread_all(const FileSpan& f, uint8_t* dest, size_t n, size_t offset) {
   }
 }
 
-void read_rows(const FileSpan& f, size_t offset, size_t rows, size_t row_bytes, size_t stride, uint8_t* dest) {
-  if (stride == row_bytes) return pread_all(f, dest, rows * row_bytes, offset);
-  for (size_t r = 0; r < rows; ++r) pread_all(f, dest + r * row_bytes, row_bytes, offset + r * stride);
-}
-
 void run_job(const CopyJob& job) {
-  if (!job.scales_file) return read_rows(*job.file, job.offset, job.rows, job.row_bytes, job.stride, job.dest);
-  thread_local std::vector<uint8_t> staging;
-  staging.resize(job.bytes());
-  uint8_t* scales = staging.data() + job.rows * job.row_bytes;
-  read_rows(*job.file, job.offset, job.rows, job.row_bytes, job.stride, staging.data());
-  read_rows(*job.scales_file, job.scales_offset, job.rows, job.scale_bytes, job.scales_stride, scales);
-  WeightMatrix plain;
-  plain.format = job.format;
-  plain.rows = int64_t(job.rows);
-  plain.cols = job.cols;
-  plain.data = staging.data();
-  plain.row_stride = int64_t(job.row_bytes);
-  plain.scales = scales;
-  plain.scale_stride = int64_t(job.scale_bytes);
-  write_interleaved(plain, job.dest);
+  if (job.stride == job.row_bytes) {
+    pread_all(*job.file, job.dest, job.bytes(), job.offset);
+    return;
+  }
+  for (size_t r = 0; r < job.rows; ++r)
+    pread_all(*job.file, job.dest + r * job.row_bytes, job.row_bytes, job.offset + r * job.stride);
 }
-
-// Interleaved matrices are read in blocks of whole row groups of about this size, so the staging
-// buffer stays small and the blocks spread over the threads.
-constexpr size_t kInterleaveBlockBytes = size_t(4) << 20;
 
 }  // namespace
 
@@ -124,25 +100,19 @@ std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const Ch
   std::erase_if(matrices, [](const WeightMatrix* m) { return m->empty(); });
   const bool embed_is_lm_head = w.embed.data == w.lm_head.data && w.embed.rows == w.lm_head.rows;
 
-  // Lay the copies out: data then scales of each matrix (or the Interleaved whole), 64-byte aligned.
+  // Lay the copies out: data then scales of each matrix, each 64-byte aligned.
   struct Placement {
     WeightMatrix* matrix;
-    bool interleave;
     size_t data_at, scales_at;
   };
   std::vector<Placement> placements;
   size_t total = 0;
   for (WeightMatrix* m : matrices) {
-    const bool interleave = choose_layout && choose_layout(*m) == WeightLayout::Interleaved && can_interleave(*m);
-    Placement p{m, interleave, total, 0};
-    if (interleave) {
-      total = round_up(total + size_t(interleaved_bytes(m->format, m->rows, m->cols)), kAlign);
-    } else {
-      total = round_up(total + size_t(m->rows) * size_t(row_bytes(m->format, m->cols)), kAlign);
-      if (m->scales) {
-        p.scales_at = total;
-        total = round_up(total + size_t(m->rows) * size_t(m->cols / kQuantBlock) * 2, kAlign);
-      }
+    Placement p{m, total, 0};
+    total = round_up(total + size_t(m->rows) * size_t(row_bytes(m->format, m->cols)), kAlign);
+    if (m->scales) {
+      p.scales_at = total;
+      total = round_up(total + size_t(m->rows) * size_t(m->cols / kQuantBlock) * 2, kAlign);
     }
     placements.push_back(p);
   }
@@ -161,24 +131,6 @@ std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const Ch
     WeightMatrix& m = *p.matrix;
     const size_t rb = size_t(row_bytes(m.format, m.cols));
     const FileSpan& f = span_of(m.data);
-    if (p.interleave) {
-      const FileSpan& sf = span_of(m.scales);
-      const size_t sb = size_t(scale_row_bytes(m.format, m.cols));
-      const size_t group = size_t(kInterleaveGroupRows);
-      const size_t block = std::max(group, kInterleaveBlockBytes / (rb + sb) / group * group);
-      for (size_t r0 = 0; r0 < size_t(m.rows); r0 += block) {
-        CopyJob job{&f, size_t(m.data - f.base) + r0 * size_t(m.row_stride), std::min(block, size_t(m.rows) - r0), rb,
-                    size_t(m.row_stride), base + p.data_at + size_t(interleaved_bytes(m.format, int64_t(r0), m.cols))};
-        job.scales_file = &sf;
-        job.scales_offset = size_t(m.scales - sf.base) + r0 * size_t(m.scale_stride);
-        job.scale_bytes = sb;
-        job.scales_stride = size_t(m.scale_stride);
-        job.format = m.format;
-        job.cols = m.cols;
-        jobs.push_back(job);
-      }
-      continue;
-    }
     jobs.push_back({&f, size_t(m.data - f.base), size_t(m.rows), rb, size_t(m.row_stride), base + p.data_at});
     if (m.scales) {
       const FileSpan& sf = span_of(m.scales);
@@ -201,15 +153,15 @@ std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const Ch
 
   for (const Placement& p : placements) {
     WeightMatrix& m = *p.matrix;
-    if (p.interleave) {
-      m = interleaved_matrix(m.format, m.rows, m.cols, base + p.data_at);
-      continue;
-    }
     m.data = base + p.data_at;
     m.row_stride = row_bytes(m.format, m.cols);
     if (m.scales) {
       m.scales = base + p.scales_at;
       m.scale_stride = (m.cols / kQuantBlock) * 2;
+    }
+    if (choose_layout && choose_layout(m) == WeightLayout::Interleaved && can_interleave(m)) {
+      pool.parallel_for(m.rows, [&](int64_t r0, int64_t r1) { interleave_rows(m, base + p.data_at, r0, r1); });
+      m.layout = WeightLayout::Interleaved;
     }
   }
   if (embed_is_lm_head) w.embed = w.lm_head;

@@ -4,25 +4,24 @@
 // interleaved kernel fall back to the scalar one).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/tiled_matmul.h"
 #include "matrix_factory.h"
 
 namespace tandem::test {
 namespace {
 
 OwnedMatrix interleaved_copy(const OwnedMatrix& plain) {
-  const WeightMatrix& p = plain.view;
-  OwnedMatrix m;
-  m.data.assign(size_t(interleaved_bytes(p.format, p.rows, p.cols)), 0);
-  write_interleaved(p, m.data.data());
-  m.view = interleaved_matrix(p.format, p.rows, p.cols, m.data.data());
+  OwnedMatrix m = plain;
+  m.view.data = m.data.data();
+  m.view.scales = m.scales.data();
+  interleave_rows(m.view, m.data.data(), 0, m.view.rows);
+  m.view.layout = WeightLayout::Interleaved;
   return m;
 }
 
@@ -45,55 +44,31 @@ TEST(InterleavedWeights, RowsReadBackUnchanged) {
 
 TEST(InterleavedWeights, CodesSitWhereTheLayoutSays) {
   std::mt19937 rng(6);
-  // One row: a group of one, so chunk 1 starts after chunk 0's codes and 32 bytes of scales.
   const OwnedMatrix q8 = random_matrix(WeightFormat::Q8, 1, 1024, false, rng);
   const OwnedMatrix q8i = interleaved_copy(q8);
-  // Column 512 + 32 * 3 + 4 * 6 + 2: chunk 1, block 3, vector 6, byte 2 -> 544 + 64 * 6 + 4 * 3 + 2.
+  // Column 512 + 32 * 3 + 4 * 6 + 2: chunk 1, block 3, vector 6, byte 2 -> 512 + 64 * 6 + 4 * 3 + 2.
   const int64_t c8 = 512 + 32 * 3 + 4 * 6 + 2;
-  EXPECT_EQ(q8i.data[size_t(544 + 64 * 6 + 4 * 3 + 2)], uint8_t(int(int8_t(q8.data[size_t(c8)])) + 128));
-  EXPECT_EQ(std::memcmp(q8i.data.data() + 512, q8.scales.data(), 32), 0);             // chunk 0's scales
-  EXPECT_EQ(std::memcmp(q8i.data.data() + 544 + 512, q8.scales.data() + 32, 32), 0);  // chunk 1's
+  EXPECT_EQ(q8i.data[size_t(512 + 64 * 6 + 4 * 3 + 2)], uint8_t(int(int8_t(q8.data[size_t(c8)])) + 128));
 
   const OwnedMatrix q4 = random_matrix(WeightFormat::Q4, 1, 1024, false, rng);
   const OwnedMatrix q4i = interleaved_copy(q4);
   auto nibble = [&](int64_t c) { return c % 2 ? q4.data[size_t(c / 2)] >> 4 : q4.data[size_t(c / 2)] & 0xf; };
   // Column 32 * 5 + 4 * 1 + 3 (vector 1: low nibble of byte 64 * 1 + 4 * 5 + 3).
   EXPECT_EQ(q4i.data[size_t(64 + 20 + 3)] & 0xf, nibble(32 * 5 + 4 + 3));
-  // Column 512 + 32 * 15 + 4 * 7 (chunk 1 at 256 + 32; vector 7: high nibble of byte 64 * 3 + 4 * 15).
-  EXPECT_EQ(q4i.data[size_t(288 + 64 * 3 + 60)] >> 4, nibble(512 + 32 * 15 + 28));
+  // Column 512 + 32 * 15 + 4 * 7 (vector 7: high nibble of byte 256 + 64 * 3 + 4 * 15).
+  EXPECT_EQ(q4i.data[size_t(256 + 64 * 3 + 60)] >> 4, nibble(512 + 32 * 15 + 28));
 }
 
-TEST(InterleavedWeights, RowGroupsAreOneRangeEach) {
-  std::mt19937 rng(10);
-  // 10 rows of 1024 Q8 columns (1088 bytes with scales): a group of 8, then a group of 2. Row 9's
-  // chunk 1 follows the short group's chunk 0 (2 x 512 codes, 2 x 32 scales) and row 8's codes.
-  const OwnedMatrix q8 = random_matrix(WeightFormat::Q8, 10, 1024, false, rng);
-  const OwnedMatrix q8i = interleaved_copy(q8);
-  ASSERT_EQ(q8i.data.size(), size_t(10 * 1088));
-  const size_t chunk1 = 8 * 1088 + 2 * 544, row9 = 9 * 1024;
-  EXPECT_EQ(q8i.data[chunk1 + 512], uint8_t(q8.data[row9 + 512] ^ 0x80));  // column 512: block 0, vector 0
-  EXPECT_EQ(std::memcmp(q8i.data.data() + chunk1 + 2 * 512 + 32, q8.scales.data() + 9 * 64 + 32, 32), 0);
-  // Row 3 of the first group, chunk 0: codes at 3 * 512, scales after the group's 8 x 512 codes.
-  EXPECT_EQ(q8i.data[3 * 512 + 4 * 2 + 1], uint8_t(q8.data[3 * 1024 + 32 * 2 + 1] ^ 0x80));
-  EXPECT_EQ(std::memcmp(q8i.data.data() + 8 * 512 + 3 * 32, q8.scales.data() + 3 * 64, 32), 0);
-
-  // Blocks of whole groups written at their own offset give the same bytes (how the loader splits).
-  for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4}) {
-    const OwnedMatrix plain = random_matrix(f, 21, 1536, false, rng);
-    const OwnedMatrix whole = interleaved_copy(plain);
-    std::vector<uint8_t> blocks(whole.data.size(), 0);
-    for (int64_t r0 : {0, 8, 16}) {
-      const int64_t count = std::min<int64_t>(8, 21 - r0);
-      write_interleaved(plain.view.slice_rows(r0, count), blocks.data() + interleaved_bytes(f, r0, 1536));
-    }
-    EXPECT_EQ(blocks, whole.data) << weight_format_name(f);
-    EXPECT_NO_THROW(whole.view.slice_rows(8, 13));
-    EXPECT_THROW(whole.view.slice_rows(4, 8), Error);
-    EXPECT_THROW(whole.view.slice_rows(8, 4), Error);
-    std::vector<float> a(1536), b(1536);
-    plain.view.row_to_float(17, a.data());
-    whole.view.slice_rows(16, 5).row_to_float(1, b.data());
-    EXPECT_EQ(a, b) << weight_format_name(f);
+// The decode prefetch treats a tile as one address range only when whole rows (and their scales)
+// lie back to back; column slices, as tensor parallelism cuts them from a mapped checkpoint, do not.
+TEST(TiledMatmul, RowsBackToBackOnlyForWholeRows) {
+  std::mt19937 rng(3);
+  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::F32, WeightFormat::Q8, WeightFormat::Q4}) {
+    const OwnedMatrix whole = random_matrix(f, 8, 512, false, rng);
+    EXPECT_TRUE(cpu::rows_back_to_back(whole.view)) << weight_format_name(f);
+    EXPECT_TRUE(cpu::rows_back_to_back(whole.view.slice_rows(2, 4))) << weight_format_name(f);
+    EXPECT_FALSE(cpu::rows_back_to_back(whole.view.slice_cols(0, 256))) << weight_format_name(f);
+    EXPECT_FALSE(cpu::rows_back_to_back(random_matrix(f, 8, 512, true, rng).view)) << weight_format_name(f);
   }
 }
 

@@ -29,114 +29,114 @@ namespace {
 
 // The activations' panel layout: 8 x 64 codes | 16 float scales | 16 int32 corrections per chunk.
 constexpr int64_t kChunkBytesX = 640, kScalesAt = 512, kCorrectionsAt = 576;
-constexpr int64_t kChunkScaleBytes = kInterleaveChunk / kQuantBlock * 2;  // 16 f16 weight scales per chunk
+constexpr int64_t kChunkScaleBytes = 16 * 2;  // 16 f16 weight scales per chunk
 
-// A whole row group is one sequential range (kernels/weight.h); it is prefetched this far ahead of
-// each load, into L2. On Zen 4 one core read a group stream at 20-22 GB/s this way and at 12-15
-// with the same prefetches into L1 (docs/kernels.md).
-constexpr int64_t kGroupStreamAhead = 8 << 10;
+void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T0); }
 
-void prefetch_ahead(const uint8_t* p) { _mm_prefetch((const char*)(p + kGroupStreamAhead), _MM_HINT_T1); }
-
-// A tile is R rows of one row group (all of it, or the part from `row` on) times T tokens. Per
-// chunk it takes its rows RS at a time (RS x T int32 accumulators in registers), so that the
-// group's codes are read in the order they lie in memory, chunk by chunk.
-template <WeightFormat F, int R, int T, int RS>
+template <WeightFormat F, int R, int T>
 struct InterleavedTile {
-  static constexpr int64_t kCodeBytes = F == WeightFormat::Q8 ? kInterleaveChunk : kInterleaveChunk / 2;
-
-  // Rows [S, S + N) of the tile over one chunk, added into sums.
-  template <int S, int N>
-  static void rows_of_chunk(const uint8_t* codes, const uint8_t* scales, const uint8_t* xc, int64_t x_stride,
-                            bool stream, float* sums) {
-    __m512i acc[N][T];
-#pragma GCC unroll 12
-    for (int t = 0; t < T; ++t) {
-      const __m512i corr = _mm512_load_si512(xc + t * x_stride + kCorrectionsAt);
-#pragma GCC unroll 8
-      for (int r = 0; r < N; ++r) acc[r][t] = corr;
-    }
-    if constexpr (F == WeightFormat::Q8) {
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        __m512i wv[N];
-#pragma GCC unroll 8
-        for (int r = 0; r < N; ++r) {
-          const uint8_t* p = codes + (S + r) * kCodeBytes + 64 * k;
-          if (stream) prefetch_ahead(p);
-          wv[r] = _mm512_loadu_si512(p);
-        }
-#pragma GCC unroll 12
-        for (int t = 0; t < T; ++t) {
-          const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * k);
-#pragma GCC unroll 8
-          for (int r = 0; r < N; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], wv[r], xv);
-        }
-      }
-    } else {
-      const __m512i nibble = _mm512_set1_epi8(0x0f);
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        __m512i packed[N], lo[N];
-#pragma GCC unroll 8
-        for (int r = 0; r < N; ++r) {
-          const uint8_t* p = codes + (S + r) * kCodeBytes + 64 * k;
-          if (stream) prefetch_ahead(p);
-          packed[r] = _mm512_loadu_si512(p);
-          lo[r] = _mm512_and_si512(packed[r], nibble);
-        }
-#pragma GCC unroll 12
-        for (int t = 0; t < T; ++t) {
-          const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * k);
-#pragma GCC unroll 8
-          for (int r = 0; r < N; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], lo[r], xv);
-        }
-#pragma GCC unroll 8
-        for (int r = 0; r < N; ++r) lo[r] = _mm512_and_si512(_mm512_srli_epi16(packed[r], 4), nibble);
-#pragma GCC unroll 12
-        for (int t = 0; t < T; ++t) {
-          const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * (k + 4));
-#pragma GCC unroll 8
-          for (int r = 0; r < N; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], lo[r], xv);
-        }
-      }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < N; ++r) {
-      const uint8_t* sp = scales + (S + r) * kChunkScaleBytes;
-      if (stream && (S + r) % 2 == 0) prefetch_ahead(sp);  // two rows' scales per line
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)sp));
-#pragma GCC unroll 12
-      for (int t = 0; t < T; ++t) {
-        const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + kScalesAt));
-        float* s = sums + 16 * ((S + r) * T + t);
-        _mm512_store_ps(s, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][t]), _mm512_mul_ps(dw, dx), _mm512_load_ps(s)));
-      }
-    }
-  }
-
-  template <int S>
-  static void chunk(const uint8_t* codes, const uint8_t* scales, const uint8_t* xc, int64_t x_stride, bool stream,
-                    float* sums) {
-    if constexpr (S < R) {
-      constexpr int N = RS < R - S ? RS : R - S;
-      rows_of_chunk<S, N>(codes, scales, xc, x_stride, stream, sums);
-      chunk<S + N>(codes, scales, xc, x_stride, stream, sums);
-    }
-  }
+  static constexpr int64_t kChunkBytesW = F == WeightFormat::Q8 ? 512 : 256;
+  // Rows of Q4 are half as long as Q8's: prefetch two tiles ahead to keep as many bytes in flight.
+  static constexpr int kPrefetchTiles = F == WeightFormat::Q8 ? 1 : 2;
 
   static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
                   float* y, int64_t y_stride, bool accumulate, bool prefetch_next) {
     const int64_t ch0 = k0 / kInterleaveChunk, ch1 = k1 / kInterleaveChunk;
-    const InterleavedRow place = interleaved_row(w, row);  // rows [row, row + R) share its group
-    // Decode tiles cover whole groups, which lie back to back: one stream, prefetched ahead.
-    const bool stream = prefetch_next && row % kInterleaveGroupRows == 0 && R == interleaved_group_rows(w, row);
+    const uint8_t* wp[R];
+    const uint8_t* sp[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      wp[r] = w.data + (row + r) * w.row_stride;
+      sp[r] = w.scales + (row + r) * w.scale_stride;
+    }
+    // Q8, one token: in address order when the rows lie back to back (tiled_matmul.h); otherwise
+    // each row of a later tile. On Zen 4 the former read Q8 matvecs 5-25% faster; it made Q4's
+    // no faster and batches of 8 (2-row tiles) 1.3-1.7x slower, so those keep the latter.
+    const bool sequential = F == WeightFormat::Q8 && T == 1 && prefetch_next && rows_back_to_back(w);
+    if (prefetch_next && !sequential)
+      for (int r = 0; r < R; ++r)
+        for (int64_t b = ch0 * kChunkScaleBytes; b < ch1 * kChunkScaleBytes; b += 64)
+          prefetch(sp[r] + kPrefetchTiles * R * w.scale_stride + b);
     // Float sums live in L1, not registers: the int32 accumulators need those (as in the panels).
     alignas(64) float sums[R * T * 16];
     for (int i = 0; i < R * T; ++i) _mm512_store_ps(sums + 16 * i, _mm512_setzero_ps());
-    for (int64_t ch = ch0; ch < ch1; ++ch)
-      chunk<0>(place.codes + ch * place.chunk_step, place.scales + ch * place.chunk_step, xb + ch * kChunkBytesX,
-               x_stride, stream, sums);
+    const __m512i nibble = _mm512_set1_epi8(0x0f);
+
+    for (int64_t ch = ch0; ch < ch1; ++ch) {
+      const uint8_t* xc = xb + ch * kChunkBytesX;
+      // One prefetch per weight load, spread over the chunk: issued in a burst per chunk they
+      // overflowed the miss queue (a read test on Zen 4 went from 28 to 10-17 GB/s).
+      const auto prefetch_step = [&](int k) {
+        if (!sequential) return;
+        prefetch_tile_ahead<R>(wp[0], ch * kChunkBytesW + 64 * k);
+        // The scales: R * 32 bytes of progress per chunk, the same fraction of the stream ahead.
+        if (64 * k < R * kChunkScaleBytes)
+          prefetch(sp[0] + R * ch * kChunkScaleBytes + 64 * k + kStreamAhead * kChunkScaleBytes / kChunkBytesW);
+      };
+      if (prefetch_next && !sequential) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+          for (int64_t b = 0; b < kChunkBytesW; b += 64)
+            prefetch(wp[r] + kPrefetchTiles * R * w.row_stride + ch * kChunkBytesW + b);
+      }
+      __m512i acc[R][T];
+#pragma GCC unroll 12
+      for (int t = 0; t < T; ++t) {
+        const __m512i corr = _mm512_load_si512(xc + t * x_stride + kCorrectionsAt);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[r][t] = corr;
+      }
+      if constexpr (F == WeightFormat::Q8) {
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+          prefetch_step(k);
+          __m512i wv[R];
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_si512(wp[r] + ch * kChunkBytesW + 64 * k);
+#pragma GCC unroll 12
+          for (int t = 0; t < T; ++t) {
+            const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * k);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], wv[r], xv);
+          }
+        }
+      } else {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          __m512i packed[R], codes[R];
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) {
+            packed[r] = _mm512_loadu_si512(wp[r] + ch * kChunkBytesW + 64 * k);
+            codes[r] = _mm512_and_si512(packed[r], nibble);
+          }
+#pragma GCC unroll 12
+          for (int t = 0; t < T; ++t) {
+            const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * k);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], codes[r], xv);
+          }
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) codes[r] = _mm512_and_si512(_mm512_srli_epi16(packed[r], 4), nibble);
+#pragma GCC unroll 12
+          for (int t = 0; t < T; ++t) {
+            const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * (k + 4));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], codes[r], xv);
+          }
+        }
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sp[r] + ch * kChunkScaleBytes)));
+#pragma GCC unroll 12
+        for (int t = 0; t < T; ++t) {
+          const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + kScalesAt));
+          float* s = sums + 16 * (r * T + t);
+          _mm512_store_ps(s, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][t]), _mm512_mul_ps(dw, dx), _mm512_load_ps(s)));
+        }
+      }
+    }
     for (int t = 0; t < T; ++t) {
       float* out = y + t * y_stride + row;
       for (int r = 0; r < R; ++r) {
@@ -147,16 +147,16 @@ struct InterleavedTile {
   }
 };
 
-template <WeightFormat F, int RS>
+template <WeightFormat F>
 struct ForFormat {
   template <int R, int T>
-  struct Tile : InterleavedTile<F, R, T, RS> {};
+  struct Tile : InterleavedTile<F, R, T> {};
 };
 
-template <WeightFormat F, int T, int RS>
+template <WeightFormat F, int R, int T>
 TileSet make_tiles() {
   TileSet set;
-  fill_tiles<ForFormat<F, RS>::template Tile, int(kInterleaveGroupRows), T>(set);
+  fill_tiles<ForFormat<F>::template Tile, R, T>(set);
   set.k_align = kInterleaveChunk;
   // 640 bytes per 512 columns, rounded down: longer column chunks (fewer tile calls, each ending in
   // R x T reductions) at 25 KB of activations per token tile, still within L1.
@@ -168,20 +168,16 @@ TileSet make_tiles() {
 
 void avx512vnni_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
                                    int64_t xq_stride, int64_t n, float* y, int64_t y_stride) {
-  // One token: a whole group at once, 8 independent accumulator chains.
-  static const TileSet q8_decode = make_tiles<WeightFormat::Q8, 1, 8>();
-  static const TileSet q4_decode = make_tiles<WeightFormat::Q4, 1, 8>();
-  // 2-15 tokens (batched decode): 2 rows x 8 tokens of accumulators measured best for 8 tokens on
-  // Zen 5 (hot Batch8, 2 threads: 540-560 GOP/s, against 500 for 3 x 8 or 1 x 8 and 480 for 2 x 4;
-  // docs/kernels.md); a tile walks its group's 4 row pairs per chunk.
-  static const TileSet q8 = make_tiles<WeightFormat::Q8, 8, 2>();
-  static const TileSet q4 = make_tiles<WeightFormat::Q4, 8, 2>();
+  // One token: 8 rows keep 8 independent accumulator chains and 8 rows of cache lines in flight.
+  static const TileSet q8_decode = make_tiles<WeightFormat::Q8, 8, 1>();
+  static const TileSet q4_decode = make_tiles<WeightFormat::Q4, 8, 1>();
+  // 2-15 tokens (batched decode): 2 rows x 8 tokens measured best for 8 tokens on Zen 5 (hot
+  // Batch8, 2 threads: 540-560 GOP/s, against 500 for 3 x 8 or 1 x 8 and 480 for 2 x 4; docs/kernels.md).
+  static const TileSet q8 = make_tiles<WeightFormat::Q8, 2, 8>();
+  static const TileSet q4 = make_tiles<WeightFormat::Q4, 2, 8>();
   const bool q4_format = w.format == WeightFormat::Q4;
-  const TileSet& tiles = n == 1 ? (q4_format ? q4_decode : q8_decode) : (q4_format ? q4 : q8);
-  // Tiles must not straddle groups: rows up to the first group boundary go alone.
-  const int64_t aligned = std::min(r1, (r0 + kInterleaveGroupRows - 1) / kInterleaveGroupRows * kInterleaveGroupRows);
-  if (aligned > r0) tiled_matmul(tiles, w, r0, aligned, xq, xq_stride, n, y, y_stride);
-  if (r1 > aligned) tiled_matmul(tiles, w, aligned, r1, xq, xq_stride, n, y, y_stride);
+  if (n == 1) return tiled_matmul(q4_format ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
+  tiled_matmul(q4_format ? q4 : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
 }
 
 }  // namespace tandem::cpu::detail

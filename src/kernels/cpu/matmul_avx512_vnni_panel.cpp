@@ -83,39 +83,10 @@ void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* 
   }
 }
 
-// pack_panel for Interleaved weights, which are already in panel order (whole chunks only): Q8 is
-// a copy, Q4 a mask and a shift. A row group is one range; it is read in that order (chunk by
-// chunk, its rows within each), not row by row across it.
-void pack_interleaved_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int64_t nc, uint8_t* panel) {
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
-  for (int64_t g0 = r0; g0 < r1;) {
-    const int64_t g1 = std::min(r1, (g0 / kInterleaveGroupRows + 1) * kInterleaveGroupRows);
-    for (int64_t c = 0; c < nc; ++c)
-      for (int64_t r = g0; r < g1; ++r) {
-        const InterleavedRow place = interleaved_row(w, r);
-        const uint8_t* in = place.codes + (ch0 + c) * place.chunk_step;
-        uint8_t* o = panel + ((r - r0) * nc + c) * kWeightChunkBytes;
-        if (w.format == WeightFormat::Q8) {
-          std::memcpy(o, in, kChunk);
-        } else {
-          for (int k = 0; k < 4; ++k) {
-            const __m512i v = _mm512_loadu_si512(in + 64 * k);
-            _mm512_store_si512(o + 64 * k, _mm512_and_si512(v, nibble));
-            _mm512_store_si512(o + 64 * (k + 4), _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble));
-          }
-        }
-        _mm512_store_ps(reinterpret_cast<float*>(o + 512),
-                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(place.scales + (ch0 + c) * place.chunk_step))));
-      }
-    g0 = g1;
-  }
-}
-
 // Packs rows [r0, r1), chunks [ch0, ch0 + nc) of w into the panel (row i at panel + i * nc * 576).
 void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int64_t nc, uint8_t* panel) {
   alignas(64) uint8_t codes[kChunk];
   const __m512i flip = _mm512_set1_epi8(char(0x80)), nibble = _mm512_set1_epi8(0x0f);
-  if (w.layout == WeightLayout::Interleaved) return pack_interleaved_panel(w, r0, r1, ch0, nc, panel);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data + r * w.row_stride;
     const uint8_t* srow = w.scales + r * w.scale_stride;
@@ -124,7 +95,18 @@ void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int6
       const int64_t ch = ch0 + c;
       const int64_t blocks = std::min<int64_t>(kChunkBlocks, (w.cols - ch * kChunk) / kQuantBlock);
       uint8_t* o = prow + c * kWeightChunkBytes;
-      if (w.format == WeightFormat::Q8) {
+      if (w.layout == WeightLayout::Interleaved) {
+        // Already in panel order (whole chunks only): Q8 is a copy, Q4 a mask and a shift.
+        if (w.format == WeightFormat::Q8) {
+          std::memcpy(o, row + ch * kChunk, kChunk);
+        } else {
+          for (int k = 0; k < 4; ++k) {
+            const __m512i v = _mm512_loadu_si512(row + ch * kChunk / 2 + 64 * k);
+            _mm512_store_si512(o + 64 * k, _mm512_and_si512(v, nibble));
+            _mm512_store_si512(o + 64 * (k + 4), _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble));
+          }
+        }
+      } else if (w.format == WeightFormat::Q8) {
         for (int64_t b = 0; b < kChunkBlocks; b += 2) {  // two blocks per 64-byte vector
           const int64_t valid = std::clamp<int64_t>(blocks - b, 0, 2);
           const __mmask64 m = valid == 2 ? ~__mmask64(0) : (valid == 1 ? __mmask64(0xffffffffu) : 0);
@@ -150,9 +132,10 @@ void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int6
           }
         }
       }
-      transpose_chunk(codes, o);
+      if (w.layout != WeightLayout::Interleaved) transpose_chunk(codes, o);
       const __mmask16 live = __mmask16((1u << blocks) - 1);
-      _mm512_store_ps(reinterpret_cast<float*>(o + 512), _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, srow + ch * kChunkBlocks * 2)));
+      _mm512_store_ps(reinterpret_cast<float*>(o + 512),
+                      _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, srow + ch * kChunkBlocks * 2)));
     }
   }
 }
