@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/kernels.h"
-#include "kernels/cpu/tiled_matmul.h"
 #include "matrix_factory.h"
 
 namespace tandem::test {
@@ -57,19 +56,6 @@ TEST(InterleavedWeights, CodesSitWhereTheLayoutSays) {
   EXPECT_EQ(q4i.data[size_t(64 + 20 + 3)] & 0xf, nibble(32 * 5 + 4 + 3));
   // Column 512 + 32 * 15 + 4 * 7 (vector 7: high nibble of byte 256 + 64 * 3 + 4 * 15).
   EXPECT_EQ(q4i.data[size_t(256 + 64 * 3 + 60)] >> 4, nibble(512 + 32 * 15 + 28));
-}
-
-// The decode prefetch treats a tile as one address range only when whole rows (and their scales)
-// lie back to back; column slices, as tensor parallelism cuts them from a mapped checkpoint, do not.
-TEST(TiledMatmul, RowsBackToBackOnlyForWholeRows) {
-  std::mt19937 rng(3);
-  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::F32, WeightFormat::Q8, WeightFormat::Q4}) {
-    const OwnedMatrix whole = random_matrix(f, 8, 512, false, rng);
-    EXPECT_TRUE(cpu::rows_back_to_back(whole.view)) << weight_format_name(f);
-    EXPECT_TRUE(cpu::rows_back_to_back(whole.view.slice_rows(2, 4))) << weight_format_name(f);
-    EXPECT_FALSE(cpu::rows_back_to_back(whole.view.slice_cols(0, 256))) << weight_format_name(f);
-    EXPECT_FALSE(cpu::rows_back_to_back(random_matrix(f, 8, 512, true, rng).view)) << weight_format_name(f);
-  }
 }
 
 TEST(InterleavedWeights, OnlyQuantizedWholeChunksAndNoColumnSlices) {

@@ -83,7 +83,7 @@ struct FloatTile {
     for (; c + 8 <= len; c += 8) {
       __m256 wv[R];
       if (prefetch_next && (c * L::kBytes) % 64 == 0)  // warm the next row tile (see matmul_avx512_vnni.cpp)
-        for (int r = 0; r < R; ++r) _mm_prefetch((const char*)wp[r] + R * w.row_stride + c * L::kBytes, _MM_HINT_T0);
+        for (int r = 0; r < R; ++r) _mm_prefetch((const char*)wp[r] + R * w.row_stride + c * L::kBytes, _MM_HINT_T1);
       for (int r = 0; r < R; ++r) wv[r] = L::full(wp[r] + c * L::kBytes);
       for (int t = 0; t < T; ++t) {
         const __m256 xv = _mm256_loadu_ps(xp[t] + c);

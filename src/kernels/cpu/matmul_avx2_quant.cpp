@@ -106,7 +106,7 @@ float weight_scale(const uint8_t* scales, int64_t block) {
 }
 
 // Decode: warm the next row tile's bytes and scales (see matmul_avx512_vnni.cpp).
-void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T0); }
+void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T1); }
 
 template <int R>
 void prefetch_next_scales(const WeightMatrix& w, const uint8_t* const (&sp)[R]) {

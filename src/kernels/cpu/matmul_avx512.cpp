@@ -74,7 +74,7 @@ struct FloatTile {
       __m512 wv[R];
       if (prefetch_next && (c * L::kBytes) % 64 == 0)  // the next row tile, see matmul_avx512_vnni.cpp
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) _mm_prefetch((const char*)wp[r] + R * w.row_stride + c * L::kBytes, _MM_HINT_T0);
+        for (int r = 0; r < R; ++r) _mm_prefetch((const char*)wp[r] + R * w.row_stride + c * L::kBytes, _MM_HINT_T1);
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) wv[r] = L::full(wp[r] + c * L::kBytes);
 #pragma GCC unroll 16

@@ -102,7 +102,10 @@ __m512 expand_scales(const uint8_t* scales, int count, __m512i lane_to_block) {
 // switch to the next R rows (and never sees the small scale rows coming), so each tile prefetches
 // the next tile's bytes at the columns it is reading itself, and the next tile's scales up front:
 // measured 8 -> 18 GB/s on one Zen 5 core for Q8. In prefill these lines are already in L2.
-void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T0); }
+// Into L2 (T1), not L1: on one Zen 4 core that read Q8 matvecs from DRAM at 23-26 GB/s instead of
+// 13-18 and Q4 at 20-28 instead of 9-15 (bf16, AVX2: the same; docs/kernels.md). L1 prefetches a
+// tile ahead compete with the tile's own loads for L1 and its miss buffers.
+void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T1); }
 
 template <int R>
 void prefetch_next_scales(const WeightMatrix& w, const uint8_t* const (&sp)[R]) {

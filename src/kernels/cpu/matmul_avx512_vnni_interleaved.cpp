@@ -31,7 +31,8 @@ namespace {
 constexpr int64_t kChunkBytesX = 640, kScalesAt = 512, kCorrectionsAt = 576;
 constexpr int64_t kChunkScaleBytes = 16 * 2;  // 16 f16 weight scales per chunk
 
-void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T0); }
+// Into L2, like the decode kernels of the plain layout (matmul_avx512_vnni.cpp).
+void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T1); }
 
 template <WeightFormat F, int R, int T>
 struct InterleavedTile {
@@ -49,11 +50,7 @@ struct InterleavedTile {
       wp[r] = w.data + (row + r) * w.row_stride;
       sp[r] = w.scales + (row + r) * w.scale_stride;
     }
-    // Q8, one token: in address order when the rows lie back to back (tiled_matmul.h); otherwise
-    // each row of a later tile. On Zen 4 the former read Q8 matvecs 5-25% faster; it made Q4's
-    // no faster and batches of 8 (2-row tiles) 1.3-1.7x slower, so those keep the latter.
-    const bool sequential = F == WeightFormat::Q8 && T == 1 && prefetch_next && rows_back_to_back(w);
-    if (prefetch_next && !sequential)
+    if (prefetch_next)
       for (int r = 0; r < R; ++r)
         for (int64_t b = ch0 * kChunkScaleBytes; b < ch1 * kChunkScaleBytes; b += 64)
           prefetch(sp[r] + kPrefetchTiles * R * w.scale_stride + b);
@@ -64,16 +61,7 @@ struct InterleavedTile {
 
     for (int64_t ch = ch0; ch < ch1; ++ch) {
       const uint8_t* xc = xb + ch * kChunkBytesX;
-      // One prefetch per weight load, spread over the chunk: issued in a burst per chunk they
-      // overflowed the miss queue (a read test on Zen 4 went from 28 to 10-17 GB/s).
-      const auto prefetch_step = [&](int k) {
-        if (!sequential) return;
-        prefetch_tile_ahead<R>(wp[0], ch * kChunkBytesW + 64 * k);
-        // The scales: R * 32 bytes of progress per chunk, the same fraction of the stream ahead.
-        if (64 * k < R * kChunkScaleBytes)
-          prefetch(sp[0] + R * ch * kChunkScaleBytes + 64 * k + kStreamAhead * kChunkScaleBytes / kChunkBytesW);
-      };
-      if (prefetch_next && !sequential) {
+      if (prefetch_next) {
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
@@ -90,7 +78,6 @@ struct InterleavedTile {
       if constexpr (F == WeightFormat::Q8) {
 #pragma GCC unroll 8
         for (int k = 0; k < 8; ++k) {
-          prefetch_step(k);
           __m512i wv[R];
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_si512(wp[r] + ch * kChunkBytesW + 64 * k);

@@ -53,27 +53,6 @@ struct PanelKernels {
 void panel_matmul(const PanelKernels& k, const WeightMatrix& w, int64_t r0, int64_t r1, const float* x,
                   int64_t x_stride, int64_t n, float* y, int64_t y_stride);
 
-// Decode prefetch (prefetch_next). When a matrix's rows lie back to back (whole rows, the usual
-// case; column slices of a mapped checkpoint do not), a tile of R rows is one sequential range, and
-// it is prefetched in address order a fixed distance ahead of what the tile has read: a tile that
-// has read `done` bytes of each row has, in sequence terms, read R * done bytes of its range. On
-// Zen 4 one core read 8 lockstep rows of 1280 bytes at 10-11 GB/s with row-wise prefetch and at
-// the 28-29 GB/s of a sequential read this way, one prefetch per load (docs/kernels.md).
-constexpr int64_t kStreamAhead = 16 << 10;
-
-inline bool rows_back_to_back(const WeightMatrix& w) {
-  return w.row_stride == row_bytes(w.format, w.cols) &&
-         (!is_quantized(w.format) || w.scale_stride == scale_row_bytes(w.format, w.cols));
-}
-
-// The R lines at R * done + ahead of a back-to-back tile starting at `tile`: call once per 64 bytes
-// of progress per row, so each line of the range is prefetched once, `ahead` bytes early.
-template <int R>
-inline void prefetch_tile_ahead(const uint8_t* tile, int64_t done, int64_t ahead = kStreamAhead) {
-  const uint8_t* p = tile + R * done + ahead;
-  for (int r = 0; r < R; ++r) __builtin_prefetch(p + 64 * r, 0, 3);
-}
-
 template <template <int, int> class Kernel, int R, int... Ts>
 void fill_tile_row(TileSet& set, std::integer_sequence<int, Ts...>) {
   ((set.fn[R - 1][Ts] = &Kernel<R, Ts + 1>::run), ...);
