@@ -112,7 +112,7 @@ std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const Ch
     total = round_up(total + size_t(m->rows) * size_t(row_bytes(m->format, m->cols)), kAlign);
     if (m->scales) {
       p.scales_at = total;
-      total = round_up(total + size_t(m->rows) * size_t(m->cols / kQuantBlock) * 2, kAlign);
+      total = round_up(total + size_t(m->rows) * size_t(scale_row_bytes(m->format, m->cols)), kAlign);
     }
     placements.push_back(p);
   }
@@ -134,7 +134,7 @@ std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const Ch
     jobs.push_back({&f, size_t(m.data - f.base), size_t(m.rows), rb, size_t(m.row_stride), base + p.data_at});
     if (m.scales) {
       const FileSpan& sf = span_of(m.scales);
-      const size_t sb = size_t(m.cols / kQuantBlock) * 2;
+      const size_t sb = size_t(scale_row_bytes(m.format, m.cols));
       jobs.push_back({&sf, size_t(m.scales - sf.base), size_t(m.rows), sb, size_t(m.scale_stride), base + p.scales_at});
     }
   }
@@ -157,7 +157,7 @@ std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const Ch
     m.row_stride = row_bytes(m.format, m.cols);
     if (m.scales) {
       m.scales = base + p.scales_at;
-      m.scale_stride = (m.cols / kQuantBlock) * 2;
+      m.scale_stride = scale_row_bytes(m.format, m.cols);
     }
     if (choose_layout && choose_layout(m) == WeightLayout::Interleaved && can_interleave(m)) {
       pool.parallel_for(m.rows, [&](int64_t r0, int64_t r1) { interleave_rows(m, base + p.data_at, r0, r1); });

@@ -49,7 +49,7 @@ class Binder {
     }
     m.row_stride = row_bytes(m.format, cols);
     tensor(name, {rows, m.row_stride / int64_t(dtype_size(t->dtype))});
-    if (m.format == WeightFormat::Q8 || m.format == WeightFormat::Q4) {
+    if (is_quantized(m.format)) {
       if (cols % kQuantBlock)
         fail("{}: tensor '{}' is quantized but has {} columns, not a multiple of {}", t->file, t->name, cols,
              kQuantBlock);
@@ -57,7 +57,7 @@ class Binder {
       if (s.dtype != DType::F16)
         fail("{}: tensor '{}' must be F16, not {}", s.file, s.name, dtype_name(s.dtype));
       m.scales = s.data;
-      m.scale_stride = (cols / kQuantBlock) * 2;
+      m.scale_stride = scale_row_bytes(m.format, cols);
     }
     return m;
   }
