@@ -101,6 +101,32 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
                  "in place from the file mappings (zero-copy, fastest start)")
       ->check(CLI::IsMember({"resident", "mapped"}))
       ->capture_default_str();
+  add_weight_layout_option(cmd, o.weight_layout);
+}
+
+void add_weight_layout_option(CLI::App& cmd, std::string& option) {
+  cmd.add_option("--weight-layout", option,
+                 "Q8/Q4 weights in memory: plain (fastest for one sequence at a time), interleaved (fastest "
+                 "for batches; AVX-512 VNNI), or auto: plain when only one sequence decodes at once")
+      ->check(CLI::IsMember({"auto", "plain", "interleaved"}))
+      ->capture_default_str();
+}
+
+ResidentWeights::LayoutChooser layout_chooser(const std::string& option, const std::string& residency,
+                                              int max_sequences) {
+  if (option == "interleaved" && residency == "mapped")
+    fail("--weight-layout interleaved needs --weights resident: mapped weights are used in the checkpoint's "
+         "plain layout, in place");
+  if (option == "plain" || (option == "auto" && max_sequences <= 1)) return nullptr;
+  return cpu::preferred_layout;
+}
+
+std::string loaded_weight_layout(const ModelWeights& weights) {
+  if (weights.lm_head.layout == WeightLayout::Interleaved) return "interleaved";
+  for (const LayerWeights& l : weights.layers)
+    for (const WeightMatrix* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+      if (m->layout == WeightLayout::Interleaved) return "interleaved";
+  return "plain";
 }
 
 WeightResidency weight_residency(const std::string& option) {
@@ -119,7 +145,7 @@ LoadedModel load_model(const ModelOptions& o, int max_context) {
   // The reference reads weights row by row, so copying them first would only cost time.
   const WeightResidency residency = o.backend == "reference" ? WeightResidency::Mapped : weight_residency(o.weights);
   m.checkpoint = Gemma4Checkpoint::open(dir, ShardPlan{comm.rank(), comm.size()}, residency, *m.pool, comm.rank() == 0,
-                                          cpu::preferred_layout);
+                                          layout_chooser(o.weight_layout, o.weights, /*max_sequences=*/1));
   if (o.backend == "reference") {
     m.model = std::make_unique<ReferenceModel>(m.checkpoint->config, m.checkpoint->weights, m.pool.get());
   } else {

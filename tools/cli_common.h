@@ -46,9 +46,22 @@ struct ModelOptions {
   int threads = 0;
   std::string kv_dtype = "f32";
   std::string weights = "resident";  // resident | mapped
+  std::string weight_layout = "auto";  // auto | plain | interleaved
 };
 WeightResidency weight_residency(const std::string& option);
 void add_model_options(CLI::App& cmd, ModelOptions& options);
+
+// --weight-layout: how resident Q8/Q4 weights are arranged (kernels/weight.h, WeightLayout).
+void add_weight_layout_option(CLI::App& cmd, std::string& option);
+// The loader's layout choice for --weight-layout `option` when at most `max_sequences` decode at
+// once. auto: plain for one sequence, whose decode streams every weight from DRAM and reads the
+// plain layout fastest; interleaved (where the CPU's kernels have it) for more, whose batches
+// multiply it up to 1.8x faster (docs/kernels.md). Error for interleaved with mapped weights.
+ResidentWeights::LayoutChooser layout_chooser(const std::string& option, const std::string& residency,
+                                              int max_sequences);
+// "interleaved" when any of the loaded projections is in that layout (matrices whose columns are not
+// whole 512-column chunks always stay plain), else "plain".
+std::string loaded_weight_layout(const ModelWeights& weights);
 LoadedModel load_model(const ModelOptions& options, int max_context);
 
 }  // namespace tandem::cli

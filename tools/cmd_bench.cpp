@@ -78,7 +78,7 @@ void bench(const BenchOptions& o) {
   double read_bw = probe_bandwidth();
   auto ckpt = Gemma4Checkpoint::open(resolve_model_dir(o.model.model_dir), ShardPlan{comm.rank(), comm.size()},
                                      weight_residency(o.model.weights), pool, comm.rank() == 0,
-                                     cpu::preferred_layout);
+                                     layout_chooser(o.model.weight_layout, o.model.weights, o.batch));
   const Gemma4Config& c = ckpt->config;
   cpu::CpuOps ops(pool);
 
@@ -175,13 +175,14 @@ void bench(const BenchOptions& o) {
         {"isa", std::string(isa_name(ops.kernels().isa))},
         {"weights", std::string(weight_format_name(ckpt->weights.layers[0].gate_proj.format))},
         {"residency", o.model.weights},
+        {"weight_layout", loaded_weight_layout(ckpt->weights)},
     };
     fmt::print("{}\n", j.dump());
     return;
   }
-  fmt::print("model           {} ({} weights, {}, {} ranks x {} threads, {})\n", ckpt->dir,
-             weight_format_name(ckpt->weights.layers[0].gate_proj.format), o.model.weights, comm.size(), pool.size(),
-             isa_name(ops.kernels().isa));
+  fmt::print("model           {} ({} weights, {}, {} layout, {} ranks x {} threads, {})\n", ckpt->dir,
+             weight_format_name(ckpt->weights.layers[0].gate_proj.format), o.model.weights,
+             loaded_weight_layout(ckpt->weights), comm.size(), pool.size(), isa_name(ops.kernels().isa));
   fmt::print("prefill         {:.1f} tok/s ({} tokens, time to first token {:.3f} s)\n", o.prompt / ttft, o.prompt, ttft);
   fmt::print("decode          {:.2f} tok/s ({} tokens)\n", decode_tok_s, o.gen);
   fmt::print("batched decode  {:.2f} tok/s aggregate ({} sequences, {:.2f}x single)\n", batch_tok_s, o.batch,

@@ -47,6 +47,7 @@ struct ServeOptions {
   int max_step_tokens = 256;
   std::string kv_dtype = "f32";
   std::string weights = "resident";
+  std::string weight_layout = "auto";
   std::string served_model_name;
   std::string max_body_bytes = "16MiB";
   int http_threads = 0;
@@ -198,7 +199,8 @@ void serve(const ServeOptions& o) {
   }
   ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
   auto checkpoint = Gemma4Checkpoint::open(dir, ShardPlan{comm.rank(), comm.size()}, weight_residency(o.weights), pool,
-                                           /*show_progress=*/leader, cpu::preferred_layout);
+                                           /*show_progress=*/leader,
+                                           layout_chooser(o.weight_layout, o.weights, o.parallel));
   if (tokenizer && tokenizer->vocab_size() > checkpoint->config.vocab_size)
     fmt::print(stderr, "tandem: warning: the tokenizer has {} ids but the model only {}; prompts with the extra "
                "ids will be refused\n", tokenizer->vocab_size(), checkpoint->config.vocab_size);
@@ -243,9 +245,10 @@ void serve(const ServeOptions& o) {
   }
   fmt::print(stderr,
              "tandem: ready: serving '{}' from {} on http://{}:{} (context {} tokens, {} sequences at once, KV {:.0f} "
-             "MiB {}, {} threads{})\n",
+             "MiB {}, {} weight layout, {} threads{})\n",
              name, dir, o.host, port, engine.context_limit(), o.parallel, double(kv_bytes) / 1048576.0, o.kv_dtype,
-             pool.size(), comm.size() > 1 ? fmt::format(", {} ranks", comm.size()) : "");
+             loaded_weight_layout(checkpoint->weights), pool.size(),
+             comm.size() > 1 ? fmt::format(", {} ranks", comm.size()) : "");
 
   {
     std::unique_lock lock(signals->mutex);
@@ -288,6 +291,7 @@ void register_serve(CLI::App& app) {
                   "in place from the file mappings (zero-copy, fastest start)")
       ->check(CLI::IsMember({"resident", "mapped"}))
       ->capture_default_str();
+  add_weight_layout_option(*cmd, o->weight_layout);
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 
+#include "kernels/cpu/kernels.h"
+#include "model/quantize_checkpoint.h"
 #include "support/test_support.h"
 
 namespace tandem {
@@ -134,6 +136,30 @@ TEST(Bench, JsonReportsEveryKeyAndTheRooflineRatio) {
                                    (out["read_bw_gb_s"].get<double>() * 1e9);
   EXPECT_NEAR(out["roofline"].get<double>(), expected_roofline, 1e-6 * expected_roofline);
   EXPECT_EQ(out["batch"].get<int>(), 2);
+}
+
+// --weight-layout: auto loads Q8 plain for one sequence and interleaved (where this CPU's kernels
+// read it) for batches; an explicit choice wins; mapped weights cannot be rearranged.
+TEST(Bench, WeightLayoutFollowsTheExpectedBatch) {
+  test::TempDir q8;
+  quantize_checkpoint(test::synth_checkpoint("tiny"), q8.path(), WeightFormat::Q8, false);  // down_proj: 512 columns
+  const std::string batched = cpu::active_kernels().interleaved ? "interleaved" : "plain";
+  auto layout = [&](const std::string& options) {
+    auto r = test::run(tandem_cmd("bench --model " + q8.path() + " --prompt 16 --gen 2 --threads 2 --json " + options));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? json::parse(r.out)["weight_layout"].get<std::string>() : std::string("failed");
+  };
+  EXPECT_EQ(layout("--batch 1"), "plain");
+  EXPECT_EQ(layout("--batch 2"), batched);
+  EXPECT_EQ(layout("--batch 2 --weight-layout plain"), "plain");
+  EXPECT_EQ(layout("--batch 1 --weight-layout interleaved"), batched);
+  EXPECT_EQ(layout("--batch 2 --weights mapped"), "plain");
+  auto r = test::run(tandem_cmd("bench --model " + q8.path() + " --weight-layout interleaved --weights mapped --json"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("--weight-layout interleaved needs --weights resident"));
+  r = test::run(tandem_cmd("generate --model " + q8.path() + " --ids 2,5 --weight-layout sideways"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("--weight-layout"));
 }
 
 TEST(CliErrors, BadInputGivesMessageAndNonZeroExit) {

@@ -72,12 +72,7 @@ const KernelTable& kernels_for(Isa isa) {
 const KernelTable& active_kernels() { return kernels_for(active_isa()); }
 
 WeightLayout preferred_layout(const WeightMatrix& w) {
-  // TANDEM_INTERLEAVE=0 keeps the plain layout: for measuring what the interleaved one gives.
-  static const bool disabled = [] {
-    const char* env = std::getenv("TANDEM_INTERLEAVE");
-    return env && std::string_view(env) == "0";
-  }();
-  return !disabled && active_kernels().interleaved && can_interleave(w) ? WeightLayout::Interleaved : w.layout;
+  return active_kernels().interleaved && can_interleave(w) ? WeightLayout::Interleaved : w.layout;
 }
 
 float* detail::thread_scratch_floats(int slot, size_t floats) {

@@ -57,8 +57,10 @@ const KernelTable& avx512_kernels();  // only call when the CPU has AVX-512 F/BW
 const KernelTable& kernels_for(Isa isa);
 const KernelTable& active_kernels();  // kernels_for(active_isa())
 
-// The layout the active kernels read w fastest in: Interleaved for Q8/Q4 matrices that
-// can_interleave() when the AVX-512 VNNI kernels are active, else w's own layout.
+// The layout the active kernels multiply w fastest in, from cache and for batches of tokens:
+// Interleaved for Q8/Q4 matrices that can_interleave() when the AVX-512 VNNI kernels are active,
+// else w's own layout. One token streaming w from DRAM reads the plain layout as fast or faster
+// (docs/kernels.md), which is why loaders ask for this only where batches are expected.
 WeightLayout preferred_layout(const WeightMatrix& w);
 
 // y = x · W^T for n rows of x, rows of W split across the pool's threads.
