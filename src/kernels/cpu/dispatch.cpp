@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
-#include <string_view>
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/kernels.h"
