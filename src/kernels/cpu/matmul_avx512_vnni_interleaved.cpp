@@ -23,6 +23,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include "kernels/cpu/avx512_sums.h"
+
 namespace tandem::cpu::detail {
 
 namespace {
@@ -42,6 +44,73 @@ struct InterleavedTile {
   // Rows of Q4 are half as long as Q8's: prefetch two tiles ahead to keep as many bytes in flight.
   static constexpr int kPrefetchTiles = F == WeightFormat::Q8 ? 1 : 2;
 
+  // One 512-column chunk: 8 vpdpbusd per accumulator, then each block's sum scaled into the sums.
+  template <bool First>
+  static void chunk(const uint8_t* const* wp, const uint8_t* const* sp, int64_t ahead, const uint8_t* xc,
+                    int64_t x_stride, float* sums) {
+    __m512i acc[R][T];
+#pragma GCC unroll 12
+    for (int t = 0; t < T; ++t) {
+      const __m512i corr = _mm512_load_si512(xc + t * x_stride + kCorrectionsAt);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][t] = corr;
+    }
+    if constexpr (F == WeightFormat::Q8) {
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        __m512i wv[R];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          prefetch(wp[r] + ahead + 64 * k);
+          wv[r] = _mm512_loadu_si512(wp[r] + 64 * k);
+        }
+#pragma GCC unroll 12
+        for (int t = 0; t < T; ++t) {
+          const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * k);
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], wv[r], xv);
+        }
+      }
+    } else {
+      const __m512i nibble = _mm512_set1_epi8(0x0f);
+      // Not unrolled: unrolled, GCC hoists all 32 loads of an 8-row chunk and spills (Q4 from DRAM
+      // 20 -> 22 GB/s on one Zen 4 core without the spills; Q8, with no nibble unpacking, keeps it).
+#pragma GCC unroll 1
+      for (int k = 0; k < 4; ++k) {
+        __m512i packed[R], codes[R];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          prefetch(wp[r] + ahead + 64 * k);
+          packed[r] = _mm512_loadu_si512(wp[r] + 64 * k);
+          codes[r] = _mm512_and_si512(packed[r], nibble);
+        }
+#pragma GCC unroll 12
+        for (int t = 0; t < T; ++t) {
+          const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * k);
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], codes[r], xv);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) codes[r] = _mm512_and_si512(_mm512_srli_epi16(packed[r], 4), nibble);
+#pragma GCC unroll 12
+        for (int t = 0; t < T; ++t) {
+          const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * (k + 4));
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], codes[r], xv);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)sp[r]));
+#pragma GCC unroll 12
+      for (int t = 0; t < T; ++t) {
+        const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + kScalesAt));
+        add_block_sums<First>(sums + 16 * (r * T + t), acc[r][t], _mm512_mul_ps(dw, dx));
+      }
+    }
+  }
+
   static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
                   float* y, int64_t y_stride, bool accumulate, bool prefetch_next) {
     const int64_t ch0 = k0 / kInterleaveChunk, ch1 = k1 / kInterleaveChunk;
@@ -49,88 +118,35 @@ struct InterleavedTile {
     const uint8_t* sp[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      wp[r] = w.data + (row + r) * w.row_stride;
-      sp[r] = w.scales + (row + r) * w.scale_stride;
+      wp[r] = w.data + (row + r) * w.row_stride + ch0 * kChunkBytesW;
+      sp[r] = w.scales + (row + r) * w.scale_stride + ch0 * kChunkScaleBytes;
     }
     if (prefetch_next)
       for (int r = 0; r < R; ++r)
-        for (int64_t b = ch0 * kChunkScaleBytes; b < ch1 * kChunkScaleBytes; b += 64)
+        for (int64_t b = 0; b < (ch1 - ch0) * kChunkScaleBytes; b += 64)
           prefetch(sp[r] + kPrefetchTiles * R * w.scale_stride + b);
+    // The rows kPrefetchTiles tiles below, at the same columns: warmed while this tile reads. Without
+    // prefetch_next the line about to be loaded is named instead, which costs less than a branch.
+    const int64_t ahead = prefetch_next ? kPrefetchTiles * R * w.row_stride : 0;
     // Float sums live in L1, not registers: the int32 accumulators need those (as in the panels).
     alignas(64) float sums[R * T * 16];
-    for (int i = 0; i < R * T; ++i) _mm512_store_ps(sums + 16 * i, _mm512_setzero_ps());
-    const __m512i nibble = _mm512_set1_epi8(0x0f);
-
     for (int64_t ch = ch0; ch < ch1; ++ch) {
       const uint8_t* xc = xb + ch * kChunkBytesX;
-      __m512i acc[R][T];
-#pragma GCC unroll 12
-      for (int t = 0; t < T; ++t) {
-        const __m512i corr = _mm512_load_si512(xc + t * x_stride + kCorrectionsAt);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) acc[r][t] = corr;
-      }
-      if constexpr (F == WeightFormat::Q8) {
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k) {
-          __m512i wv[R];
-#pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) {
-            if (prefetch_next) prefetch(wp[r] + kPrefetchTiles * R * w.row_stride + ch * kChunkBytesW + 64 * k);
-            wv[r] = _mm512_loadu_si512(wp[r] + ch * kChunkBytesW + 64 * k);
-          }
-#pragma GCC unroll 12
-          for (int t = 0; t < T; ++t) {
-            const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * k);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], wv[r], xv);
-          }
-        }
-      } else {
-        // Not unrolled: unrolled, GCC hoists all 32 loads of an 8-row chunk and spills (Q4 from DRAM
-        // 20 -> 22 GB/s on one Zen 4 core without the spills; Q8, with no nibble unpacking, keeps it).
-#pragma GCC unroll 1
-        for (int k = 0; k < 4; ++k) {
-          __m512i packed[R], codes[R];
-#pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) {
-            if (prefetch_next) prefetch(wp[r] + kPrefetchTiles * R * w.row_stride + ch * kChunkBytesW + 64 * k);
-            packed[r] = _mm512_loadu_si512(wp[r] + ch * kChunkBytesW + 64 * k);
-            codes[r] = _mm512_and_si512(packed[r], nibble);
-          }
-#pragma GCC unroll 12
-          for (int t = 0; t < T; ++t) {
-            const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * k);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], codes[r], xv);
-          }
-#pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) codes[r] = _mm512_and_si512(_mm512_srli_epi16(packed[r], 4), nibble);
-#pragma GCC unroll 12
-          for (int t = 0; t < T; ++t) {
-            const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * (k + 4));
-#pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], codes[r], xv);
-          }
-        }
-      }
+      if (ch == ch0)
+        chunk<true>(wp, sp, ahead, xc, x_stride, sums);
+      else
+        chunk<false>(wp, sp, ahead, xc, x_stride, sums);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sp[r] + ch * kChunkScaleBytes)));
-#pragma GCC unroll 12
-        for (int t = 0; t < T; ++t) {
-          const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + kScalesAt));
-          float* s = sums + 16 * (r * T + t);
-          _mm512_store_ps(s, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][t]), _mm512_mul_ps(dw, dx), _mm512_load_ps(s)));
-        }
+        wp[r] += kChunkBytesW;
+        sp[r] += kChunkScaleBytes;
       }
     }
+    float totals[R * T + 3];
+    reduce_sums<R * T>(sums, totals);
     for (int t = 0; t < T; ++t) {
       float* out = y + t * y_stride + row;
-      for (int r = 0; r < R; ++r) {
-        const float s = _mm512_reduce_add_ps(_mm512_load_ps(sums + 16 * (r * T + t)));
-        out[r] = accumulate ? out[r] + s : s;
-      }
+      for (int r = 0; r < R; ++r) out[r] = accumulate ? out[r] + totals[r * T + t] : totals[r * T + t];
     }
   }
 };
