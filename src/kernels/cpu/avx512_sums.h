@@ -7,8 +7,8 @@
 
 namespace tandem::cpu::detail {
 
-// The sums of four 16-lane vectors, in that order: 6 shuffles/permutes and 5 adds for four
-// totals, against 4 x (3 shuffles + 4 adds) for four _mm512_reduce_add_ps.
+// The sums of four 16-lane vectors, in that order: 9 shuffles/permutes and 5 adds for four
+// totals, against 4 x (4 shuffles + 4 adds) for four _mm512_reduce_add_ps.
 inline __m128 reduce4_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
   // 128-bit quarters [a0 + a2, a1 + a3, b0 + b2, b1 + b3], and the same for c, d
   const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
