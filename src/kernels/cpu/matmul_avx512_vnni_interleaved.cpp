@@ -175,10 +175,11 @@ void avx512vnni_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1
   // One token: 8 rows keep 8 independent accumulator chains and 8 rows of cache lines in flight.
   static const TileSet q8_decode = make_tiles<WeightFormat::Q8, 8, 1>();
   static const TileSet q4_decode = make_tiles<WeightFormat::Q4, 8, 1>();
-  // 2-15 tokens (batched decode): 2 rows x 8 tokens measured best for 8 tokens on Zen 5 (hot
-  // Batch8, 2 threads: 540-560 GOP/s, against 500 for 3 x 8 or 1 x 8 and 480 for 2 x 4; docs/kernels.md).
-  static const TileSet q8 = make_tiles<WeightFormat::Q8, 2, 8>();
-  static const TileSet q4 = make_tiles<WeightFormat::Q4, 2, 8>();
+  // 2-15 tokens (batched decode): 4 rows x 4 tokens. On Zen 4 (Batch8, 2 threads from DRAM, GOP/s)
+  // it beat 2 x 8, the best on Zen 5 before the sums were reduced four at a time: q4 490-530
+  // against 290-345, q8 380-390 against 300-345; 4 x 2, 5 x 4, 3 x 8 and 1 x 8 were slower on one core.
+  static const TileSet q8 = make_tiles<WeightFormat::Q8, 4, 4>();
+  static const TileSet q4 = make_tiles<WeightFormat::Q4, 4, 4>();
   const bool q4_format = w.format == WeightFormat::Q4;
   if (n == 1) return tiled_matmul(q4_format ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
   tiled_matmul(q4_format ? q4 : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
