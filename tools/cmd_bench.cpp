@@ -32,6 +32,9 @@ struct BenchOptions {
   bool json = false;
 };
 
+// Decode tokens timed between two bandwidth probes (a few seconds at E4B's speeds).
+constexpr int kSegmentTokens = 16;
+
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::vector<int32_t> bench_prompt(int n, int vocab, uint32_t seed) {
@@ -65,17 +68,21 @@ void bench(const BenchOptions& o) {
   TimedCommunicator timed(comm);
   ThreadPool pool(o.model.threads > 0 ? o.model.threads : default_threads());
   // The machine's read bandwidth, with every rank on it reading at once as they do when decoding:
-  // each rank measures its share and the job reads at their sum. On shared machines one probe can
-  // land in a neighbour's burst, so it runs before and after the benchmark and the higher one
-  // counts (an underestimate would flatter the roofline). Its 1 GiB buffer is allocated before the
-  // model and after peak RSS is read, so it never adds to the reported peak.
+  // each rank measures its share and the job reads at their sum. On a shared host what a process
+  // gets drifts by 1.5x within seconds (Zen 4 VM, 2026-12-03: 30-50 GB/s from one probe to the
+  // next, the matvec kernels moving with it), so one probe before decoding would compare the decode
+  // with whatever the neighbours did then. Decode is timed in segments with a probe between every
+  // two (~50 ms each); each segment counts against the higher of the probes on either side (an
+  // underestimate would flatter the roofline), and read_bw is their time-weighted mean: the bytes
+  // the machine offered during the decode over its duration. The probe's buffer is touched before
+  // the model loads and stays resident to the end, so it is subtracted from peak RSS exactly.
+  ReadBandwidthProbe probe(pool, size_t(512) << 20);
   auto probe_bandwidth = [&] {
     comm.barrier();
-    float rank_bw = float(measure_read_bandwidth_gb_s(pool, size_t(1) << 30, 3));
+    float rank_bw = float(probe.measure(3));
     comm.all_reduce_sum(&rank_bw, 1);
     return double(rank_bw);
   };
-  double read_bw = probe_bandwidth();
   auto ckpt = Gemma4Checkpoint::open(resolve_model_dir(o.model.model_dir), ShardPlan{comm.rank(), comm.size()},
                                      weight_residency(o.model.weights), pool, comm.rank() == 0,
                                      layout_chooser(o.model.weight_layout, o.model.weights, o.batch));
@@ -121,9 +128,20 @@ void bench(const BenchOptions& o) {
   run(seqs, tokens);
   const double ttft = now() - t0;
   timed.reset();
-  t0 = now();
-  for (int i = 1; i < o.gen; ++i) run(seqs, tokens);
-  const double decode_s = now() - t0;
+  double decode_s = 0, offered_gb = 0;
+  double bw_before = probe_bandwidth();
+  for (int done = 1; done < o.gen;) {
+    const int steps = std::min(kSegmentTokens, o.gen - done);
+    const double start = now();
+    for (int i = 0; i < steps; ++i) run(seqs, tokens);
+    const double seconds = now() - start;
+    const double bw_after = probe_bandwidth();
+    decode_s += seconds;
+    offered_gb += seconds * std::max(bw_before, bw_after);
+    bw_before = bw_after;
+    done += steps;
+  }
+  const double read_bw = offered_gb / decode_s;
   const double comm_per_token = timed.seconds() / std::max(1, o.gen - 1);
   cache.release(seqs[0]);
   const double decode_tok_s = (o.gen - 1) / decode_s;
@@ -143,10 +161,9 @@ void bench(const BenchOptions& o) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   std::vector<float> rss_gb(size_t(comm.size()), 0.0f);
-  rss_gb[size_t(comm.rank())] = float(double(usage.ru_maxrss) * 1024.0 / 1e9);
+  rss_gb[size_t(comm.rank())] = float((double(usage.ru_maxrss) * 1024.0 - double(probe.bytes())) / 1e9);
   comm.all_reduce_sum(rss_gb.data(), rss_gb.size());
   const double peak_rss = double(rss_gb[0]) * 1e9;
-  read_bw = std::max(read_bw, probe_bandwidth());
   const double bytes_per_token = double(ckpt->weights.streamed_bytes_per_token());
   // Every rank streams its share at the same time: the job's rate is the sum over ranks.
   std::vector<float> per_rank(size_t(comm.size()), 0.0f);
@@ -188,7 +205,8 @@ void bench(const BenchOptions& o) {
   fmt::print("batched decode  {:.2f} tok/s aggregate ({} sequences, {:.2f}x single)\n", batch_tok_s, o.batch,
              batch_tok_s / decode_tok_s);
   fmt::print("weights/token   {:.3f} GB streamed\n", job_bytes_per_token / 1e9);
-  fmt::print("read bandwidth  {:.1f} GB/s (measured in this run: best of a probe before and after decoding)\n", read_bw);
+  fmt::print("read bandwidth  {:.1f} GB/s (measured in this run: probes between decode segments of {} tokens)\n", read_bw,
+             kSegmentTokens);
   fmt::print("roofline        {:.2f} (decode bytes/s over read bandwidth)\n", roofline);
   fmt::print("peak RSS        {:.2f} GB per rank\n", fmt::join(rss_gb, " / "));
   if (comm.size() > 1) fmt::print("communication   {:.2f} ms per decoded token\n", comm_per_token * 1e3);

@@ -55,38 +55,42 @@ uint64_t read_sse2(const uint8_t* p, size_t bytes) {
 
 }  // namespace
 
-double measure_read_bandwidth_gb_s(ThreadPool& pool, size_t bytes, int passes) {
+ReadBandwidthProbe::ReadBandwidthProbe(ThreadPool& pool, size_t bytes) : pool_(pool) {
   const int nt = pool.size();
-  const size_t chunk = std::max<size_t>(4096, bytes / size_t(nt) / 4096 * 4096);
-  bytes = chunk * size_t(nt);
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  std::unique_ptr<uint8_t, Free> buffer(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)));
-  if (!buffer) throw std::bad_alloc();
-  uint8_t* base = buffer.get();
-  // Each thread first touches its own part, so pages land on its memory node.
+  chunk_ = std::max<size_t>(4096, bytes / size_t(nt) / 4096 * 4096);
+  bytes_ = chunk_ * size_t(nt);
+  buffer_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes_)));
+  if (!buffer_) throw std::bad_alloc();
+  uint8_t* base = buffer_.get();
   pool.run([&](int t, int) {
-    uint64_t* q = reinterpret_cast<uint64_t*>(base + size_t(t) * chunk);
+    uint64_t* q = reinterpret_cast<uint64_t*>(base + size_t(t) * chunk_);
     uint64_t state = 0x9e3779b97f4a7c15ull * uint64_t(t + 1);
-    for (size_t i = 0; i < chunk / 8; ++i) {
+    for (size_t i = 0; i < chunk_ / 8; ++i) {
       state ^= state << 13, state ^= state >> 7, state ^= state << 17;
       q[i] = state;
     }
   });
+}
+
+double ReadBandwidthProbe::measure(int passes) {
   const bool avx2 = cpu_features().avx2;
+  const uint8_t* base = buffer_.get();
   volatile uint64_t sink = 0;
   double best = 0;
   for (int pass = 0; pass < std::max(1, passes); ++pass) {
     const auto start = std::chrono::steady_clock::now();
-    pool.run([&](int t, int) {
-      const uint8_t* p = base + size_t(t) * chunk;
-      sink = sink + (avx2 ? read_avx2(p, chunk) : read_sse2(p, chunk));
+    pool_.run([&](int t, int) {
+      const uint8_t* p = base + size_t(t) * chunk_;
+      sink = sink + (avx2 ? read_avx2(p, chunk_) : read_sse2(p, chunk_));
     });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, double(bytes) / seconds / 1e9);
+    best = std::max(best, double(bytes_) / seconds / 1e9);
   }
   return best;
+}
+
+double measure_read_bandwidth_gb_s(ThreadPool& pool, size_t bytes, int passes) {
+  return ReadBandwidthProbe(pool, bytes).measure(passes);
 }
 
 }  // namespace tandem

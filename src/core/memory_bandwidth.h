@@ -2,14 +2,37 @@
 // Measures how fast this machine streams memory into the cores, so that benchmarks can report
 // decode speed as a fraction of the DRAM roofline measured in the same run.
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
 
 #include "core/thread_pool.h"
 
 namespace tandem {
 
-// Best of `passes` timed reads of a `bytes` buffer (far larger than the caches), every pool thread
-// streaming its own contiguous part with SIMD loads. The buffer is written once before timing, so
-// page faults are not measured. Returns 1e9 bytes per second.
+// A buffer far larger than the caches, written once (each pool thread first touches its own part,
+// so pages land on its memory node and page faults are never timed), that can be read again and
+// again: a benchmark on a shared host probes between its timed sections, so that each section is
+// compared with the bandwidth the machine offered around it.
+class ReadBandwidthProbe {
+ public:
+  ReadBandwidthProbe(ThreadPool& pool, size_t bytes);
+  // Best of `passes` timed reads, every pool thread streaming its own contiguous part with SIMD
+  // loads. Returns 1e9 bytes per second.
+  double measure(int passes);
+  // Bytes it keeps resident (rounded to whole pages per thread).
+  size_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  ThreadPool& pool_;
+  size_t chunk_ = 0, bytes_ = 0;
+  std::unique_ptr<uint8_t, Free> buffer_;
+};
+
+// One probe with a buffer of its own, freed on return.
 double measure_read_bandwidth_gb_s(ThreadPool& pool, size_t bytes = size_t(1) << 30, int passes = 3);
 
 }  // namespace tandem

@@ -5,8 +5,10 @@
 // hundreds of small parallel regions of one decode step.
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -40,17 +42,35 @@ class ThreadPool {
     });
   }
 
-  // Hands out [0, n) in chunks of `chunk` (the last may be shorter) to whichever thread asks next,
-  // calling fn(begin, end) for each: a thread that is slowed down (a busy host taking its core)
-  // does fewer chunks instead of holding everyone up at the end.
+  // Hands out [0, n) in chunks of `chunk` (the last may be shorter), calling fn(begin, end) for
+  // each. Every thread works through its own contiguous share of the chunks front to back, so its
+  // reads stay one sequential stream that prefetches can run ahead of across chunks; a thread that
+  // is done takes chunks from the back of the others' shares, so a thread that is slowed down (a
+  // busy host taking its core) does fewer chunks instead of holding everyone up at the end.
   template <typename F>
   void parallel_chunks(int64_t n, int64_t chunk, F&& fn) {
     if (n <= 0) return;
     chunk = std::max<int64_t>(1, chunk);
-    std::atomic<int64_t> next{0};
-    run([&](int, int) {
-      for (int64_t begin; (begin = next.fetch_add(chunk, std::memory_order_relaxed)) < n;)
-        fn(begin, std::min(n, begin + chunk));
+    if ((n + chunk - 1) / chunk > INT32_MAX) chunk = (n + INT32_MAX - 1) / INT32_MAX;  // indices fit ChunkShare
+    const int64_t chunks = (n + chunk - 1) / chunk;
+    const int shares_count = n_threads_;
+    ChunkShare stack_shares[kStackShares];
+    std::unique_ptr<ChunkShare[]> heap_shares;
+    ChunkShare* shares = stack_shares;
+    if (shares_count > kStackShares) {
+      heap_shares.reset(new ChunkShare[size_t(shares_count)]);
+      shares = heap_shares.get();
+    }
+    for (int u = 0; u < shares_count; ++u) {
+      auto [first, end] = split_range(chunks, u, shares_count, 1);
+      shares[u].reset(first, end);
+    }
+    // Run inline (from inside a job) only thread 0 exists; it drains every share.
+    run([&](int t, int) {
+      for (int64_t c; (c = shares[t].take_front()) >= 0;) fn(c * chunk, std::min(n, (c + 1) * chunk));
+      for (int k = 1; k < shares_count; ++k)
+        for (int64_t c; (c = shares[(t + k) % shares_count].take_back()) >= 0;)
+          fn(c * chunk, std::min(n, (c + 1) * chunk));
     });
   }
 
@@ -58,6 +78,28 @@ class ThreadPool {
   static int default_threads();
 
  private:
+  // The chunks [front, back) of one thread's share, packed in one word so that the owner (taking
+  // from the front) and the others (taking from the back) never both get the same chunk.
+  struct alignas(64) ChunkShare {
+    std::atomic<uint64_t> range{0};
+    void reset(int64_t front, int64_t back) { range.store(pack(front, back), std::memory_order_relaxed); }
+    int64_t take_front() { return take(true); }
+    int64_t take_back() { return take(false); }
+
+   private:
+    static uint64_t pack(int64_t front, int64_t back) { return uint64_t(front) << 32 | uint64_t(back); }
+    int64_t take(bool from_front) {
+      uint64_t old = range.load(std::memory_order_relaxed);
+      for (;;) {
+        const int64_t front = int64_t(old >> 32), back = int64_t(old & 0xffffffffu);
+        if (front >= back) return -1;
+        const uint64_t next = from_front ? pack(front + 1, back) : pack(front, back - 1);
+        if (range.compare_exchange_weak(old, next, std::memory_order_relaxed)) return from_front ? front : back - 1;
+      }
+    }
+  };
+  static constexpr int kStackShares = 16;
+
   using Trampoline = void (*)(void*, int, int);
   void run_erased(void* fn, Trampoline trampoline);
   void worker_loop(int index);

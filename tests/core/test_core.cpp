@@ -97,6 +97,26 @@ TEST(ThreadPool, ParallelChunksGoToTheThreadThatIsFree) {
   EXPECT_EQ(chunks_by_thread[slow], 1);
 }
 
+TEST(ThreadPool, ParallelChunksWalkOwnShareForwardAndStealFromTheBack) {
+  // Each thread reads its own rows as one forward stream; a thread that is done takes the last
+  // chunks of the others, so the streams meet in the middle.
+  ThreadPool pool(2);
+  std::mutex m;
+  std::map<std::thread::id, std::vector<int64_t>> order;
+  pool.parallel_chunks(20, 1, [&](int64_t b, int64_t) {
+    {
+      std::lock_guard lock(m);
+      order[std::this_thread::get_id()].push_back(b);
+    }
+    if (b == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  });
+  ASSERT_EQ(order.size(), 2u);
+  std::vector<int64_t> slow, fast;
+  for (auto& [id, seq] : order) (seq.front() == 0 ? slow : fast) = seq;
+  EXPECT_EQ(slow, std::vector<int64_t>({0}));
+  EXPECT_EQ(fast, std::vector<int64_t>({10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 9, 8, 7, 6, 5, 4, 3, 2, 1}));
+}
+
 TEST(ThreadPool, SplitRangeRespectsGrain) {
   auto [b0, e0] = ThreadPool::split_range(100, 0, 2, 32);
   auto [b1, e1] = ThreadPool::split_range(100, 1, 2, 32);
