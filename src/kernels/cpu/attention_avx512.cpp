@@ -60,6 +60,15 @@ inline __m512 load16<KvDType::BF16>(const void* base, int64_t offset) {
 }
 
 template <KvDType T>
+constexpr int64_t kvsize() {
+  return T == KvDType::F32 ? 4 : 2;
+}
+template <KvDType T>
+const char* element_address(const void* base, int64_t offset) {
+  return static_cast<const char*>(base) + offset * kvsize<T>();
+}
+
+template <KvDType T>
 void run(const AttentionBatch& b, const WorkItem& item, State* states) {
   const KvSequence& seq = b.sequences[size_t(item.seq)];
   const KvLayerView& kv = b.kv;
@@ -91,13 +100,21 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
       chunk_lo = imin(chunk_lo, lo[q0 + c]);
       chunk_hi = imax(chunk_hi, hi[q0 + c]);
     }
-    for (int blk = chunk_lo / kBlock; chunk_hi >= chunk_lo && blk <= chunk_hi / kBlock; ++blk) {
+    const int last_blk = chunk_hi / kBlock;
+    for (int blk = chunk_lo / kBlock; chunk_hi >= chunk_lo && blk <= last_blk; ++blk) {
       const int64_t phys = seq.blocks[blk - seq.first_logical_block];
       const int64_t k0 = kv.key_offset(phys, item.kv_head, 0, 0);
       const int64_t v0 = kv.value_offset(phys, item.kv_head, 0);
+      // The next block's keys and values stream into L2 while this one is scored and summed, at
+      // the offsets read here (blocks are pages of the cache, not one run the hardware follows).
+      const int64_t next_phys = blk < last_blk ? seq.blocks[blk + 1 - seq.first_logical_block] : phys;
+      const char* next_keys = element_address<T>(kv.keys, kv.key_offset(next_phys, item.kv_head, 0, 0));
+      const char* next_values = element_address<T>(kv.values, kv.value_offset(next_phys, item.kv_head, 0));
+      const bool prefetch_next = blk < last_blk;
       __m512 s[kQueries];
       for (int c = 0; c < kQueries; ++c) s[c] = _mm512_setzero_ps();
       for (int d = 0; d < D; ++d) {
+        if (prefetch_next) _mm_prefetch(next_keys + int64_t(d) * kBlock * kvsize<T>(), _MM_HINT_T1);
         const __m512 keys = load16<T>(kv.keys, k0 + int64_t(d) * kBlock);
 #pragma GCC unroll 8
         for (int c = 0; c < kQueries; ++c)
@@ -131,6 +148,7 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
         __m512 acc[kQueries];
         for (int c = 0; c < qc; ++c) acc[c] = _mm512_loadu_ps(states[q0 + c].acc + d);
         for (int slot = slot_lo; slot <= slot_hi; ++slot) {
+          if (prefetch_next) _mm_prefetch(next_values + (int64_t(slot) * D + d) * kvsize<T>(), _MM_HINT_T1);
           const __m512 v = load16<T>(kv.values, v0 + int64_t(slot) * D + d);
 #pragma GCC unroll 8
           for (int c = 0; c < kQueries; ++c)
