@@ -10,6 +10,9 @@
 //   Q8: cols codes | cols/32 float scales
 //   Q4: per block 64 bytes: 16 codes of the even columns, 16 of the odd ones (matching the low and
 //       high nibbles of a packed weight block), 8 int32 (lane 0: -8 * sum of codes) | float scales
+//   Q4, one token (decode): per pair of blocks 128 bytes: the 16 even-column codes of each block
+//       (32 bytes: the low nibbles of the pair's 32 weight bytes), then the odd ones, then 8 int32
+//       corrections and 8 float scales, each repeated over the 4 lanes of its block
 #include <immintrin.h>
 
 #include <cstdint>
@@ -96,6 +99,25 @@ void quantize_token_q4(int64_t cols, const float* x, uint8_t* out) {
     _mm256_storeu_si256((__m256i*)dst, _mm256_permute4x64_epi64(halves, 0xd8));  // qwords 0, 2, 1, 3
     _mm256_storeu_si256((__m256i*)(dst + 32), _mm256_setr_epi32(-8 * b.sum, 0, 0, 0, 0, 0, 0, 0));
     scales[blk] = b.scale;
+  }
+}
+
+constexpr int64_t kQ4PairBytes = 128;
+int64_t q4_pair_count(int64_t cols) { return (cols / kQuantBlock + 1) / 2; }
+
+void quantize_token_q4_pairs(int64_t cols, const float* x, uint8_t* out) {
+  std::memset(out, 0, size_t(q4_pair_count(cols) * kQ4PairBytes));  // an odd last block pairs with zeros
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
+                                         12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int64_t blk = 0; blk < cols / kQuantBlock; ++blk) {
+    const QuantizedBlock b = quantize_block(x + blk * kQuantBlock);
+    const __m256i halves = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b.codes, split), 0xd8);  // even | odd
+    uint8_t* pair = out + (blk / 2) * kQ4PairBytes;
+    const int64_t half = blk % 2;
+    _mm_storeu_si128((__m128i*)(pair + 16 * half), _mm256_castsi256_si128(halves));
+    _mm_storeu_si128((__m128i*)(pair + 32 + 16 * half), _mm256_extracti128_si256(halves, 1));
+    _mm_storeu_si128((__m128i*)(pair + 64 + 16 * half), _mm_set1_epi32(-8 * b.sum));
+    _mm_storeu_ps((float*)(pair + 96) + 4 * half, _mm_set1_ps(b.scale));
   }
 }
 
@@ -207,6 +229,79 @@ struct Q4Tile {
   }
 };
 
+// One token over Q4 rows in groups of four, on the pair layout: a row's 32 bytes (two blocks) take
+// two vpmaddubsw, one add and one vpmaddwd, leaving 4 int32 lanes per block; a transposing add tree
+// then leaves lane 4h + r = row r's sum of the pair's block h, so the correction, the convert, the
+// scale product and the FMA serve four rows, and the rows' f16 scale pairs come in by one shuffle.
+// Tiles of R < 4 (or 5-7) rows compute the missing rows of their last group again on its last row
+// and do not store them.
+template <int R, int T>
+struct Q4PairDecodeTile {
+  static_assert(T == 1, "one token");
+  static constexpr int kGroups = (R + 3) / 4;
+
+  template <bool Full>
+  static void pair(const uint8_t* const (&wp)[4], const uint8_t* const (&sp)[4], const uint8_t* xg, __m256& acc) {
+    const __m256i nibble = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i xe = _mm256_loadu_si256((const __m256i*)xg), xo = _mm256_loadu_si256((const __m256i*)(xg + 32));
+    __m256i d[4];
+    for (int r = 0; r < 4; ++r) {
+      const __m256i v = Full ? _mm256_loadu_si256((const __m256i*)wp[r])
+                             : _mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)wp[r]));
+      const __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+      // Pairs of products stay within int16: 2 x 15 x 127 each, 7620 for both.
+      d[r] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo)), ones);
+    }
+    const __m256i t01 = _mm256_add_epi32(_mm256_unpacklo_epi32(d[0], d[1]), _mm256_unpackhi_epi32(d[0], d[1]));
+    const __m256i t23 = _mm256_add_epi32(_mm256_unpacklo_epi32(d[2], d[3]), _mm256_unpackhi_epi32(d[2], d[3]));
+    __m256i sums = _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
+    sums = _mm256_add_epi32(sums, _mm256_loadu_si256((const __m256i*)(xg + 64)));
+    // Dword r: row r's two f16 scales (the second is zero past the columns); lane 4h + r wants word 2r + h.
+    int32_t raw[4] = {0, 0, 0, 0};
+    for (int r = 0; r < 4; ++r) std::memcpy(&raw[r], sp[r], Full ? 4 : 2);
+    const __m128i order = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    const __m256 dw = _mm256_cvtph_ps(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)raw), order));
+    const __m256 dx = _mm256_loadu_ps((const float*)(xg + 96));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dw, dx), acc);
+  }
+
+  static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t, int64_t k0, int64_t k1, float* y,
+                  int64_t, bool accumulate, bool prefetch_next) {
+    const uint8_t* wp[kGroups][4];
+    const uint8_t* sp[kGroups][4];
+    for (int r = 0; r < 4 * kGroups; ++r) {
+      const int64_t real = row + (r < R ? r : R - 1);
+      wp[r / 4][r % 4] = w.data + real * w.row_stride + k0 / 2;
+      sp[r / 4][r % 4] = w.scales + real * w.scale_stride + k0 / kQuantBlock * 2;
+    }
+    if (prefetch_next)
+      for (int r = 0; r < R; ++r)
+        for (int64_t b = 0; b < w.scale_stride; b += 64) prefetch(w.scales + (row + R + r) * w.scale_stride + b);
+    __m256 acc[kGroups];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    const uint8_t* xg = xb + k0 / 64 * kQ4PairBytes;
+    int64_t c = k0;
+    for (; c + 64 <= k1; c += 64, xg += kQ4PairBytes) {
+      for (int g = 0; g < kGroups; ++g) {
+        if (prefetch_next && c % 128 == 0)  // a line per row every 128 columns, 2 tiles ahead
+          for (int r = 0; r < 4 && 4 * g + r < R; ++r) prefetch(wp[g][r] + 2 * R * w.row_stride);
+        pair<true>(wp[g], sp[g], xg, acc[g]);
+        for (int r = 0; r < 4; ++r) wp[g][r] += 32, sp[g][r] += 4;
+      }
+    }
+    if (c < k1)
+      for (int g = 0; g < kGroups; ++g) pair<false>(wp[g], sp[g], xg, acc[g]);
+    for (int g = 0; g < kGroups; ++g) {
+      alignas(16) float sums[4];
+      _mm_store_ps(sums, _mm_add_ps(_mm256_castps256_ps128(acc[g]), _mm256_extractf128_ps(acc[g], 1)));
+      for (int r = 0; r < 4 && 4 * g + r < R; ++r) {
+        float* out = y + row + 4 * g + r;
+        *out = accumulate ? *out + sums[r] : sums[r];
+      }
+    }
+  }
+};
+
 template <int R, int T>
 TileSet make_tiles(WeightFormat format) {
   TileSet set;
@@ -221,22 +316,34 @@ TileSet make_tiles(WeightFormat format) {
   return set;
 }
 
+template <int R>
+TileSet make_q4_pair_tiles() {
+  TileSet set;
+  fill_tiles<Q4PairDecodeTile, R, 1>(set);
+  set.x_bytes_per_col = 2;
+  set.k_align = 2 * kQuantBlock;
+  return set;
+}
+
 }  // namespace
 
-int64_t avx2_activation_stride(const WeightMatrix& w, int64_t) {
+int64_t avx2_activation_stride(const WeightMatrix& w, int64_t n) {
   const WeightFormat format = w.format;
   const int64_t cols = w.cols;
+  if (format == WeightFormat::Q4 && n == 1) return q4_pair_count(cols) * kQ4PairBytes;
   const int64_t scales = cols / kQuantBlock * 4;
   return format == WeightFormat::Q4 ? round_up_64(q4_scales_offset(cols) + scales)
                                     : round_up_64(q8_scales_offset(cols) + scales);
 }
 
-void avx2_quantize_activations(const WeightMatrix& w, int64_t, const float* x, int64_t x_stride, int64_t first,
+void avx2_quantize_activations(const WeightMatrix& w, int64_t n, const float* x, int64_t x_stride, int64_t first,
                                int64_t count, uint8_t* out, int64_t out_stride) {
   const WeightFormat format = w.format;
   const int64_t cols = w.cols;
   for (int64_t i = first; i < first + count; ++i) {
-    if (format == WeightFormat::Q4)
+    if (format == WeightFormat::Q4 && n == 1)
+      quantize_token_q4_pairs(cols, x + i * x_stride, out + i * out_stride);
+    else if (format == WeightFormat::Q4)
       quantize_token_q4(cols, x + i * x_stride, out + i * out_stride);
     else
       quantize_token_q8(cols, x + i * x_stride, out + i * out_stride);
@@ -250,7 +357,7 @@ void avx2_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, c
   static const TileSet q8 = make_tiles<2, 3>(WeightFormat::Q8);
   static const TileSet q4 = make_tiles<2, 3>(WeightFormat::Q4);
   static const TileSet q8_decode = make_tiles<4, 1>(WeightFormat::Q8);
-  static const TileSet q4_decode = make_tiles<4, 1>(WeightFormat::Q4);
+  static const TileSet q4_decode = make_q4_pair_tiles<8>();
   if (n == 1)
     return tiled_matmul(w.format == WeightFormat::Q4 ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
   tiled_matmul(w.format == WeightFormat::Q4 ? q4 : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
