@@ -103,6 +103,10 @@ void quantize_token_q4(int64_t cols, const float* x, uint8_t* out) {
 }
 
 constexpr int64_t kQ4PairBytes = 128;
+// Up to this many tokens (tiled_matmul's row stream) Q4 takes the one-token pair tiles once per
+// token: a row tile's weights come from DRAM for the first token and from L1 for the others, and
+// that measured faster than the 2 x 3 tiles on the per-block layout.
+constexpr int64_t kQ4PairMaxTokens = 15;
 int64_t q4_pair_count(int64_t cols) { return (cols / kQuantBlock + 1) / 2; }
 
 void quantize_token_q4_pairs(int64_t cols, const float* x, uint8_t* out) {
@@ -330,7 +334,7 @@ TileSet make_q4_pair_tiles() {
 int64_t avx2_activation_stride(const WeightMatrix& w, int64_t n) {
   const WeightFormat format = w.format;
   const int64_t cols = w.cols;
-  if (format == WeightFormat::Q4 && n == 1) return q4_pair_count(cols) * kQ4PairBytes;
+  if (format == WeightFormat::Q4 && n <= kQ4PairMaxTokens) return q4_pair_count(cols) * kQ4PairBytes;
   const int64_t scales = cols / kQuantBlock * 4;
   return format == WeightFormat::Q4 ? round_up_64(q4_scales_offset(cols) + scales)
                                     : round_up_64(q8_scales_offset(cols) + scales);
@@ -341,7 +345,7 @@ void avx2_quantize_activations(const WeightMatrix& w, int64_t n, const float* x,
   const WeightFormat format = w.format;
   const int64_t cols = w.cols;
   for (int64_t i = first; i < first + count; ++i) {
-    if (format == WeightFormat::Q4 && n == 1)
+    if (format == WeightFormat::Q4 && n <= kQ4PairMaxTokens)
       quantize_token_q4_pairs(cols, x + i * x_stride, out + i * out_stride);
     else if (format == WeightFormat::Q4)
       quantize_token_q4(cols, x + i * x_stride, out + i * out_stride);
@@ -358,8 +362,9 @@ void avx2_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, c
   static const TileSet q4 = make_tiles<2, 3>(WeightFormat::Q4);
   static const TileSet q8_decode = make_tiles<4, 1>(WeightFormat::Q8);
   static const TileSet q4_decode = make_q4_pair_tiles<8>();
-  if (n == 1)
-    return tiled_matmul(w.format == WeightFormat::Q4 ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
+  if (w.format == WeightFormat::Q4 && n <= kQ4PairMaxTokens)
+    return tiled_matmul(q4_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
+  if (n == 1) return tiled_matmul(q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
   tiled_matmul(w.format == WeightFormat::Q4 ? q4 : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
 }
 
