@@ -8,11 +8,10 @@
 //
 // Activation layout (per token):
 //   Q8: cols codes | cols/32 float scales
-//   Q4: per block 64 bytes: 16 codes of the even columns, 16 of the odd ones (matching the low and
-//       high nibbles of a packed weight block), 8 int32 (lane 0: -8 * sum of codes) | float scales
-//   Q4, one token (decode): per pair of blocks 128 bytes: the 16 even-column codes of each block
-//       (32 bytes: the low nibbles of the pair's 32 weight bytes), then the odd ones, then 8 int32
-//       corrections and 8 float scales, each repeated over the 4 lanes of its block
+//   Q4: per pair of blocks 128 bytes: the 16 even-column codes of each block (32 bytes, matching
+//       the low nibbles of the pair's 32 weight bytes), then the odd ones (the high nibbles), then
+//       8 int32 corrections (-8 * sum of codes) and 8 float scales, each repeated over the 4 lanes
+//       of its block; an odd last block pairs with zeros
 #include <immintrin.h>
 
 #include <cstdint>
@@ -28,11 +27,9 @@ namespace tandem::cpu::detail {
 
 namespace {
 
-constexpr int64_t kQ4BlockBytes = 64;
 
 int64_t round_up_64(int64_t v) { return (v + 63) / 64 * 64; }
 int64_t q8_scales_offset(int64_t cols) { return cols; }
-int64_t q4_scales_offset(int64_t cols) { return cols / kQuantBlock * kQ4BlockBytes; }
 
 float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -87,29 +84,10 @@ void quantize_token_q8(int64_t cols, const float* x, uint8_t* out) {
   }
 }
 
-void quantize_token_q4(int64_t cols, const float* x, uint8_t* out) {
-  float* scales = reinterpret_cast<float*>(out + q4_scales_offset(cols));
-  // within each 16-byte lane: the 8 even columns, then the 8 odd ones
-  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
-                                         12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  for (int64_t blk = 0; blk < cols / kQuantBlock; ++blk) {
-    const QuantizedBlock b = quantize_block(x + blk * kQuantBlock);
-    const __m256i halves = _mm256_shuffle_epi8(b.codes, split);
-    uint8_t* dst = out + blk * kQ4BlockBytes;
-    _mm256_storeu_si256((__m256i*)dst, _mm256_permute4x64_epi64(halves, 0xd8));  // qwords 0, 2, 1, 3
-    _mm256_storeu_si256((__m256i*)(dst + 32), _mm256_setr_epi32(-8 * b.sum, 0, 0, 0, 0, 0, 0, 0));
-    scales[blk] = b.scale;
-  }
-}
-
 constexpr int64_t kQ4PairBytes = 128;
-// Up to this many tokens (tiled_matmul's row stream) Q4 takes the one-token pair tiles once per
-// token: a row tile's weights come from DRAM for the first token and from L1 for the others, and
-// that measured faster than the 2 x 3 tiles on the per-block layout.
-constexpr int64_t kQ4PairMaxTokens = 15;
 int64_t q4_pair_count(int64_t cols) { return (cols / kQuantBlock + 1) / 2; }
 
-void quantize_token_q4_pairs(int64_t cols, const float* x, uint8_t* out) {
+void quantize_token_q4(int64_t cols, const float* x, uint8_t* out) {
   std::memset(out, 0, size_t(q4_pair_count(cols) * kQ4PairBytes));  // an odd last block pairs with zeros
   const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
                                          12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
@@ -191,56 +169,17 @@ struct Q8Tile {
   }
 };
 
-template <int R, int T>
-struct Q4Tile {
-  static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
-                  float* y, int64_t y_stride, bool accumulate, bool prefetch_next) {
-    const uint8_t* wp[R];
-    const uint8_t* sp[R];
-    for (int r = 0; r < R; ++r) {
-      wp[r] = w.data + (row + r) * w.row_stride;
-      sp[r] = w.scales + (row + r) * w.scale_stride;
-    }
-    const float* xs[T];
-    for (int t = 0; t < T; ++t) xs[t] = reinterpret_cast<const float*>(xb + t * x_stride + q4_scales_offset(w.cols));
-    __m256 acc[R][T];
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m128i nibble = _mm_set1_epi8(0x0f);
-    for (int64_t c = k0; c < k1; c += kQuantBlock) {
-      const int64_t blk = c / kQuantBlock;
-      __m256i wv[R];
-      float dw[R];
-      for (int r = 0; r < R; ++r) {
-        if (prefetch_next && c % 128 == 0) prefetch(wp[r] + R * w.row_stride + c / 2);
-        const __m128i v = _mm_loadu_si128((const __m128i*)(wp[r] + c / 2));
-        wv[r] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), nibble), _mm_and_si128(v, nibble));
-        dw[r] = weight_scale(sp[r], blk);
-      }
-      for (int t = 0; t < T; ++t) {
-        const uint8_t* xt = xb + t * x_stride + blk * kQ4BlockBytes;
-        const __m256i xv = _mm256_loadu_si256((const __m256i*)xt);
-        const __m256i corr = _mm256_loadu_si256((const __m256i*)(xt + 32));
-        const float dx = xs[t][blk];
-        for (int r = 0; r < R; ++r) {
-          const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], xv), ones), corr);
-          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[r] * dx), acc[r][t]);
-        }
-      }
-    }
-    store_tile<R, T>(acc, row, y, y_stride, accumulate);
-  }
-};
-
-// One token over Q4 rows in groups of four, on the pair layout: a row's 32 bytes (two blocks) take
+// Q4 rows in groups of four for one token, on the pair layout: a row's 32 bytes (two blocks) take
 // two vpmaddubsw, one add and one vpmaddwd, leaving 4 int32 lanes per block; a transposing add tree
 // then leaves lane 4h + r = row r's sum of the pair's block h, so the correction, the convert, the
 // scale product and the FMA serve four rows, and the rows' f16 scale pairs come in by one shuffle.
 // Tiles of R < 4 (or 5-7) rows compute the missing rows of their last group again on its last row
-// and do not store them.
+// and do not store them. Batches and prefill call it once per token as well: a row tile's weights
+// then come from L1/L2 after the first token, and that measured faster than 2 x 3 tiles on a
+// per-block layout (two Zen 4 cores, 8 tokens from DRAM 102-129 -> 137-161 GOP/s, 512 tokens
+// 141-145 -> 186-202).
 template <int R, int T>
-struct Q4PairDecodeTile {
+struct Q4Tile {
   static_assert(T == 1, "one token");
   static constexpr int kGroups = (R + 3) / 4;
 
@@ -307,23 +246,18 @@ struct Q4PairDecodeTile {
 };
 
 template <int R, int T>
-TileSet make_tiles(WeightFormat format) {
+TileSet make_q8_tiles() {
   TileSet set;
-  if (format == WeightFormat::Q4) {
-    fill_tiles<Q4Tile, R, T>(set);
-    set.x_bytes_per_col = 2;
-  } else {
-    fill_tiles<Q8Tile, R, T>(set);
-    set.x_bytes_per_col = 1;
-  }
+  fill_tiles<Q8Tile, R, T>(set);
+  set.x_bytes_per_col = 1;
   set.k_align = kQuantBlock;
   return set;
 }
 
 template <int R>
-TileSet make_q4_pair_tiles() {
+TileSet make_q4_tiles() {
   TileSet set;
-  fill_tiles<Q4PairDecodeTile, R, 1>(set);
+  fill_tiles<Q4Tile, R, 1>(set);
   set.x_bytes_per_col = 2;
   set.k_align = 2 * kQuantBlock;
   return set;
@@ -331,41 +265,31 @@ TileSet make_q4_pair_tiles() {
 
 }  // namespace
 
-int64_t avx2_activation_stride(const WeightMatrix& w, int64_t n) {
-  const WeightFormat format = w.format;
+int64_t avx2_activation_stride(const WeightMatrix& w, int64_t) {
   const int64_t cols = w.cols;
-  if (format == WeightFormat::Q4 && n <= kQ4PairMaxTokens) return q4_pair_count(cols) * kQ4PairBytes;
-  const int64_t scales = cols / kQuantBlock * 4;
-  return format == WeightFormat::Q4 ? round_up_64(q4_scales_offset(cols) + scales)
-                                    : round_up_64(q8_scales_offset(cols) + scales);
+  if (w.format == WeightFormat::Q4) return q4_pair_count(cols) * kQ4PairBytes;
+  return round_up_64(q8_scales_offset(cols) + cols / kQuantBlock * 4);
 }
 
-void avx2_quantize_activations(const WeightMatrix& w, int64_t n, const float* x, int64_t x_stride, int64_t first,
+void avx2_quantize_activations(const WeightMatrix& w, int64_t, const float* x, int64_t x_stride, int64_t first,
                                int64_t count, uint8_t* out, int64_t out_stride) {
-  const WeightFormat format = w.format;
-  const int64_t cols = w.cols;
   for (int64_t i = first; i < first + count; ++i) {
-    if (format == WeightFormat::Q4 && n <= kQ4PairMaxTokens)
-      quantize_token_q4_pairs(cols, x + i * x_stride, out + i * out_stride);
-    else if (format == WeightFormat::Q4)
-      quantize_token_q4(cols, x + i * x_stride, out + i * out_stride);
+    if (w.format == WeightFormat::Q4)
+      quantize_token_q4(w.cols, x + i * x_stride, out + i * out_stride);
     else
-      quantize_token_q8(cols, x + i * x_stride, out + i * out_stride);
+      quantize_token_q8(w.cols, x + i * x_stride, out + i * out_stride);
   }
 }
 
 void avx2_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride,
                                 int64_t n, float* y, int64_t y_stride) {
-  // 2 x 3 tiles fit the 16 ymm registers; one token streams 4 rows at once instead, for more
-  // cache lines in flight (see matmul_avx512_vnni.cpp).
-  static const TileSet q8 = make_tiles<2, 3>(WeightFormat::Q8);
-  static const TileSet q4 = make_tiles<2, 3>(WeightFormat::Q4);
-  static const TileSet q8_decode = make_tiles<4, 1>(WeightFormat::Q8);
-  static const TileSet q4_decode = make_q4_pair_tiles<8>();
-  if (w.format == WeightFormat::Q4 && n <= kQ4PairMaxTokens)
-    return tiled_matmul(q4_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
-  if (n == 1) return tiled_matmul(q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
-  tiled_matmul(w.format == WeightFormat::Q4 ? q4 : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
+  // Q8: 2 x 3 tiles fit the 16 ymm registers; one token streams 4 rows at once instead, for more
+  // cache lines in flight (see matmul_avx512_vnni.cpp). Q4: 8 rows, one token at a time.
+  static const TileSet q8 = make_q8_tiles<2, 3>();
+  static const TileSet q8_decode = make_q8_tiles<4, 1>();
+  static const TileSet q4 = make_q4_tiles<8>();
+  if (w.format == WeightFormat::Q4) return tiled_matmul(q4, w, r0, r1, xq, xq_stride, n, y, y_stride);
+  tiled_matmul(n == 1 ? q8_decode : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
 }
 
 }  // namespace tandem::cpu::detail
