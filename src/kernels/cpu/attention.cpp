@@ -45,7 +45,13 @@ void paged_attention(ThreadPool& pool, const KernelTable& k, const AttentionBatc
                                            ? attention::avx512_item
                                            : attention::generic_item;
 
-  std::vector<WorkItem> items;  // small; sized by batch shape, not tokens
+  // Sized by the batch's shape, not its tokens; kept per calling thread so that steady-state
+  // steps allocate nothing. References, so that the pool's threads read the caller's lists.
+  thread_local std::vector<WorkItem> t_items, t_kept, t_split_items;
+  std::vector<WorkItem>& items = t_items;
+  std::vector<WorkItem>& kept = t_kept;
+  std::vector<WorkItem>& split_items = t_split_items;
+  items.clear();
   for (int s = 0; s < int(b.sequences.size()); ++s) {
     const KvSequence& seq = b.sequences[size_t(s)];
     for (int g = 0; g < b.kv.kv_heads; ++g)
@@ -61,7 +67,8 @@ void paged_attention(ThreadPool& pool, const KernelTable& k, const AttentionBatc
   const int threads = pool.size();
   int n_splits_total = 0;
   if (int(items.size()) < threads) {
-    std::vector<WorkItem> kept, split_items;
+    kept.clear();
+    split_items.clear();
     for (const WorkItem& it : items) {
       const int64_t keys = it.key_end - it.key_begin;
       const int parts = int(std::min<int64_t>((threads + int(items.size()) - 1) / int(items.size()),
@@ -78,7 +85,7 @@ void paged_attention(ThreadPool& pool, const KernelTable& k, const AttentionBatc
         split_items.push_back(part);
       }
     }
-    items = std::move(kept);
+    items.assign(kept.begin(), kept.end());
     items.insert(items.end(), split_items.begin(), split_items.end());
   }
 
