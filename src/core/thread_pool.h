@@ -98,7 +98,7 @@ class ThreadPool {
       }
     }
   };
-  static constexpr int kStackShares = 16;
+  static constexpr int kStackShares = 64;  // 4 KB of stack; more threads than this allocate per call
 
   using Trampoline = void (*)(void*, int, int);
   void run_erased(void* fn, Trampoline trampoline);
