@@ -62,6 +62,13 @@ struct AttentionBatch {
   std::span<const KvSequence> sequences;
 };
 
+// One product of a grouped matmul: y[i * y_stride + r] = W(r, :) . x_i.
+struct MatmulTarget {
+  const WeightMatrix* w = nullptr;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -70,6 +77,11 @@ class Ops {
   // y[i, r] = sum_c W[r, c] * x[i, c] for i < n
   virtual void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y,
                       int64_t y_stride) = 0;
+  // Several matrices over the same activations (q/k/v, gate/up). A backend may run them as one
+  // pass (one hand-off to its threads, one quantization of x); the results are those of matmul().
+  virtual void matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t x_stride, int64_t n) {
+    for (const MatmulTarget& t : targets) matmul(*t.w, x, x_stride, n, t.y, t.y_stride);
+  }
   // n rows of dim values: out = x * (mean(x^2) + eps)^-0.5 * weight (weight may be null)
   virtual void rms_norm(float* out, int64_t out_stride, const float* x, int64_t x_stride, int64_t n, int64_t dim,
                         const float* weight, float eps) = 0;

@@ -163,12 +163,12 @@ void Gemma4Model::attention_block(int layer) {
   const float eps = config_.rms_norm_eps;
 
   ops_.rms_norm(normed_.data(), H, x_.data(), H, T, H, lw.input_norm.data(), eps);
-  ops_.matmul(lw.q_proj, normed_.data(), H, T, q_.data(), qn * D);
+  const MatmulTarget qkv[] = {{&lw.q_proj, q_.data(), qn * D}, {&lw.k_proj, k_.data(), kvn * D},
+                               {&lw.v_proj, v_.data(), kvn * D}};
+  ops_.matmuls(std::span(qkv, lc.shares_kv ? 1 : 3), normed_.data(), H, T);
   ops_.rms_norm(q_.data(), D, q_.data(), D, T * qn, D, lw.q_norm.data(), eps);
   ops_.rope(q_.data(), qn * D, T, qn, int(D), cos_[kind].data(), sin_[kind].data());
   if (!lc.shares_kv) {
-    ops_.matmul(lw.k_proj, normed_.data(), H, T, k_.data(), kvn * D);
-    ops_.matmul(lw.v_proj, normed_.data(), H, T, v_.data(), kvn * D);
     ops_.rms_norm(k_.data(), D, k_.data(), D, T * kvn, D, lw.k_norm.data(), eps);
     ops_.rope(k_.data(), kvn * D, T, kvn, int(D), cos_[kind].data(), sin_[kind].data());
     ops_.rms_norm(v_.data(), D, v_.data(), D, T * kvn, D, nullptr, eps);
@@ -203,8 +203,8 @@ void Gemma4Model::mlp_block(int layer) {
   const int64_t T = rows_, H = config_.hidden_size, F = lw.gate_proj.rows;
   const float eps = config_.rms_norm_eps;
   ops_.rms_norm(normed_.data(), H, x_.data(), H, T, H, lw.pre_feedforward_norm.data(), eps);
-  ops_.matmul(lw.gate_proj, normed_.data(), H, T, gate_.data(), F);
-  ops_.matmul(lw.up_proj, normed_.data(), H, T, up_.data(), F);
+  const MatmulTarget gate_up[] = {{&lw.gate_proj, gate_.data(), F}, {&lw.up_proj, up_.data(), F}};
+  ops_.matmuls(gate_up, normed_.data(), H, T);
   ops_.gelu_gate(gate_.data(), F, up_.data(), F, T, F);
   ops_.matmul(lw.down_proj, gate_.data(), F, T, scratch_h_.data(), H);
   comm_.all_reduce_sum(scratch_h_.data(), size_t(T * H));

@@ -41,6 +41,48 @@ TEST(ThreadedMatmul, MatchesOneThreadForEveryPoolSize) {
   }
 }
 
+TEST(ThreadedMatmul, GroupGivesEachMatrixItsOwnMatmul) {
+  // q/k/v-like groups: different heights (one not a multiple of any tile), the same width; and a
+  // group mixing formats, which cannot share quantized activations.
+  std::mt19937 rng(4);
+  for (Isa isa : all_isas()) {
+    if (int(isa) > int(best_supported_isa())) continue;
+    const cpu::KernelTable& k = cpu::kernels_for(isa);
+    for (WeightFormat f : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::Q4}) {
+      const WeightFormat other = f == WeightFormat::Q4 ? WeightFormat::Q8 : WeightFormat::Q4;
+      std::vector<OwnedMatrix> ms;
+      ms.push_back(random_matrix(f, 203, 256, true, rng));
+      ms.push_back(random_matrix(f, 64, 256, false, rng));
+      ms.push_back(random_matrix(f, 37, 256, true, rng));
+      ms.push_back(random_matrix(other, 50, 256, false, rng));
+      for (size_t count : {size_t(1), size_t(3), size_t(4)}) {
+        for (int64_t n : {1, 3, 20}) {
+          const int64_t x_stride = 260;
+          const std::vector<float> x = random_vector(size_t(n * x_stride), rng);
+          std::vector<std::vector<float>> expected(count), got(count);
+          std::vector<MatmulTarget> targets;
+          ThreadPool one(1);
+          for (size_t i = 0; i < count; ++i) {
+            const int64_t y_stride = ms[i].view.rows + 5;
+            expected[i].assign(size_t(n * y_stride), -1.0f);
+            got[i].assign(size_t(n * y_stride), -1.0f);
+            cpu::matmul(one, k, ms[i].view, x.data(), x_stride, n, expected[i].data(), y_stride);
+            targets.push_back({&ms[i].view, got[i].data(), y_stride});
+          }
+          for (int threads : {1, 2, 3}) {
+            ThreadPool pool(threads);
+            for (auto& g : got) std::fill(g.begin(), g.end(), -1.0f);
+            cpu::matmul_group(pool, k, targets, x.data(), x_stride, n);
+            for (size_t i = 0; i < count; ++i)
+              EXPECT_EQ(got[i], expected[i]) << isa_name(isa) << " " << weight_format_name(f) << " matrix " << i
+                                             << " of " << count << " n=" << n << " threads=" << threads;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(ThreadedMatmul, TinyAndEmptyShapes) {
   ThreadPool pool(3);
   std::mt19937 rng(1);

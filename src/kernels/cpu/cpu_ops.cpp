@@ -13,6 +13,10 @@ void CpuOps::matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int
   cpu::matmul(pool_, k_, w, x, x_stride, n, y, y_stride);
 }
 
+void CpuOps::matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t x_stride, int64_t n) {
+  cpu::matmul_group(pool_, k_, targets, x, x_stride, n);
+}
+
 void CpuOps::rms_norm(float* out, int64_t out_stride, const float* x, int64_t x_stride, int64_t n, int64_t dim,
                       const float* weight, float eps) {
   // Small rows (per-head norms) are not worth a thread hand-off.

@@ -19,6 +19,7 @@ class CpuOps final : public Ops {
 
   void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y,
               int64_t y_stride) override;
+  void matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t x_stride, int64_t n) override;
   void rms_norm(float* out, int64_t out_stride, const float* x, int64_t x_stride, int64_t n, int64_t dim,
                 const float* weight, float eps) override;
   void rope(float* x, int64_t x_stride, int64_t n, int heads, int head_dim, const float* cos,

@@ -1,6 +1,7 @@
 // Table selection and the threaded matmul. matmul() runs hundreds of times per decoded token, so
 // it allocates nothing in steady state (grow-only thread-local buffers) and makes one pass over
 // the pool (two for quantized weights with many tokens: quantize, then multiply).
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <new>
@@ -114,6 +115,56 @@ void matmul(ThreadPool& pool, const KernelTable& table, const WeightMatrix& w, c
   if (!parallel) return k.matmul_rows_quantized(w, 0, w.rows, xq, stride, n, y, y_stride);
   split_rows(pool, w.rows, n,
              [&](int64_t r0, int64_t r1) { k.matmul_rows_quantized(w, r0, r1, xq, stride, n, y, y_stride); });
+}
+
+namespace {
+
+// Whether x quantized for a's kernels is also what b's kernels read.
+bool same_activations(const KernelTable& k, const WeightMatrix& a, const WeightMatrix& b, int64_t n) {
+  if (a.format != b.format || a.cols != b.cols || a.layout != b.layout) return false;
+  return !is_quantized(a.format) || !k.quantize_activations ||
+         k.quantized_activation_stride(a, n) == k.quantized_activation_stride(b, n);
+}
+
+}  // namespace
+
+void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const MatmulTarget> targets, const float* x,
+                  int64_t x_stride, int64_t n) {
+  constexpr size_t kMaxTargets = 8;
+  int64_t work = 0;
+  bool one_pass = targets.size() > 1 && targets.size() <= kMaxTargets && n <= kMaxChunkedTokens && pool.size() > 1;
+  for (const MatmulTarget& t : targets) {
+    work += t.w->rows * t.w->cols * n;
+    one_pass = one_pass && t.w->rows > 0 && same_activations(table, *targets[0].w, *t.w, n);
+  }
+  const WeightMatrix& w0 = *targets[0].w;
+  const KernelTable& k = w0.layout != WeightLayout::Plain && !table.interleaved ? scalar_kernels() : table;
+  if (!one_pass || work < kMinParallelWork || n <= 0) {
+    for (const MatmulTarget& t : targets) matmul(pool, table, *t.w, x, x_stride, n, t.y, t.y_stride);
+    return;
+  }
+  const bool quantized = is_quantized(w0.format) && k.quantize_activations;
+  const int64_t stride = quantized ? k.quantized_activation_stride(w0, n) : 0;
+  uint8_t* xq = quantized ? t_matmul_scratch.get(size_t(stride * n)) : nullptr;
+  if (quantized) k.quantize_activations(w0, n, x, x_stride, 0, n, xq, stride);
+
+  // The matrices' rows end to end, in units of kRowGrain rows; no unit spans two matrices.
+  int64_t first_unit[kMaxTargets + 1] = {0};
+  for (size_t i = 0; i < targets.size(); ++i)
+    first_unit[i + 1] = first_unit[i] + (targets[i].w->rows + kRowGrain - 1) / kRowGrain;
+  const int64_t units = first_unit[targets.size()];
+  const int64_t per_chunk = (units + pool.size() * kChunksPerThread - 1) / (pool.size() * kChunksPerThread);
+  pool.parallel_chunks(units, per_chunk, [&](int64_t u0, int64_t u1) {
+    for (size_t i = 0; i < targets.size() && u0 < u1; ++i) {
+      if (u0 >= first_unit[i + 1]) continue;
+      const int64_t end = std::min(u1, first_unit[i + 1]);
+      const MatmulTarget& t = targets[i];
+      const int64_t r0 = (u0 - first_unit[i]) * kRowGrain, r1 = std::min(t.w->rows, (end - first_unit[i]) * kRowGrain);
+      if (quantized) k.matmul_rows_quantized(*t.w, r0, r1, xq, stride, n, t.y, t.y_stride);
+      else k.matmul_rows(*t.w, r0, r1, x, x_stride, n, t.y, t.y_stride);
+      u0 = end;
+    }
+  });
 }
 
 }  // namespace tandem::cpu

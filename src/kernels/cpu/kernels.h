@@ -3,9 +3,11 @@
 // AVX-512), chosen at run time from cpuid. Every kernel is single-threaded; matmul() below splits
 // rows across the thread pool. Activations are float32; weights come in any WeightFormat.
 #include <cstdint>
+#include <span>
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "kernels/ops.h"
 #include "kernels/weight.h"
 
 namespace tandem::cpu {
@@ -66,5 +68,12 @@ WeightLayout preferred_layout(const WeightMatrix& w);
 // y = x · W^T for n rows of x, rows of W split across the pool's threads.
 void matmul(ThreadPool& pool, const KernelTable& k, const WeightMatrix& w, const float* x, int64_t x_stride,
             int64_t n, float* y, int64_t y_stride);
+
+// matmul() for each target, all over the same x. For one token or a few (decode) they run as one
+// pass over the pool, with x quantized once when the matrices share format, layout and width:
+// each step of a decode then hands work to the threads fewer times, and the threads' row streams
+// run on from one matrix into the next.
+void matmul_group(ThreadPool& pool, const KernelTable& k, std::span<const MatmulTarget> targets, const float* x,
+                  int64_t x_stride, int64_t n);
 
 }  // namespace tandem::cpu

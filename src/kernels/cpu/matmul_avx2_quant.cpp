@@ -88,7 +88,8 @@ constexpr int64_t kQ4PairBytes = 128;
 int64_t q4_pair_count(int64_t cols) { return (cols / kQuantBlock + 1) / 2; }
 
 void quantize_token_q4(int64_t cols, const float* x, uint8_t* out) {
-  std::memset(out, 0, size_t(q4_pair_count(cols) * kQ4PairBytes));  // an odd last block pairs with zeros
+  if ((cols / kQuantBlock) % 2)  // an odd last block pairs with zeros
+    std::memset(out + (q4_pair_count(cols) - 1) * kQ4PairBytes, 0, size_t(kQ4PairBytes));
   const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
                                          12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   for (int64_t blk = 0; blk < cols / kQuantBlock; ++blk) {

@@ -61,8 +61,13 @@ QuantizedBlock quantize_block(__m512 a, __m512 b) {
   return q;
 }
 
+// A group that the columns fill only partly is zeroed first: the kernels read it whole.
+void clear_partial_group(int64_t cols, int64_t group, int64_t group_bytes, uint8_t* out) {
+  if (cols % group != 0) std::memset(out + cols / group * group_bytes, 0, size_t(group_bytes));
+}
+
 void quantize_token_q8(int64_t cols, const float* x, uint8_t* out) {
-  std::memset(out, 0, size_t(group_count(cols, kQ8Group) * kQ8GroupBytes));
+  clear_partial_group(cols, kQ8Group, kQ8GroupBytes, out);
   for (int64_t blk = 0; blk < cols / kQuantBlock; ++blk) {
     const QuantizedBlock q = quantize_block(_mm512_loadu_ps(x + blk * 32), _mm512_loadu_ps(x + blk * 32 + 16));
     uint8_t* g = out + (blk / 2) * kQ8GroupBytes;
@@ -70,13 +75,12 @@ void quantize_token_q8(int64_t cols, const float* x, uint8_t* out) {
     _mm_storeu_si128((__m128i*)(g + 32 * half), _mm512_cvtepi32_epi8(q.a));
     _mm_storeu_si128((__m128i*)(g + 32 * half + 16), _mm512_cvtepi32_epi8(q.b));
     _mm256_storeu_ps((float*)(g + 64) + 8 * half, _mm256_set1_ps(q.scale));
-    const int32_t corr = -128 * q.sum;
-    std::memcpy(g + 128 + 32 * half, &corr, 4);
+    _mm256_storeu_si256((__m256i*)(g + 128 + 32 * half), _mm256_setr_epi32(-128 * q.sum, 0, 0, 0, 0, 0, 0, 0));
   }
 }
 
 void quantize_token_q4(int64_t cols, const float* x, uint8_t* out) {
-  std::memset(out, 0, size_t(group_count(cols, kQ4Group) * kQ4GroupBytes));
+  clear_partial_group(cols, kQ4Group, kQ4GroupBytes, out);
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   for (int64_t blk = 0; blk < cols / kQuantBlock; ++blk) {
@@ -87,8 +91,7 @@ void quantize_token_q4(int64_t cols, const float* x, uint8_t* out) {
     _mm_storeu_si128((__m128i*)(g + 16 * quarter), _mm512_cvtepi32_epi8(q.a));
     _mm_storeu_si128((__m128i*)(g + 64 + 16 * quarter), _mm512_cvtepi32_epi8(q.b));
     _mm_storeu_ps((float*)(g + 128) + 4 * quarter, _mm_set1_ps(q.scale));
-    const int32_t corr = -8 * q.sum;
-    std::memcpy(g + 192 + 16 * quarter, &corr, 4);
+    _mm_storeu_si128((__m128i*)(g + 192 + 16 * quarter), _mm_setr_epi32(-8 * q.sum, 0, 0, 0));
   }
 }
 
