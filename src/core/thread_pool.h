@@ -42,11 +42,14 @@ class ThreadPool {
     });
   }
 
-  // Hands out [0, n) in chunks of `chunk` (the last may be shorter), calling fn(begin, end) for
-  // each. Every thread works through its own contiguous share of the chunks front to back, so its
-  // reads stay one sequential stream that prefetches can run ahead of across chunks; a thread that
-  // is done takes chunks from the back of the others' shares, so a thread that is slowed down (a
-  // busy host taking its core) does fewer chunks instead of holding everyone up at the end.
+  // Hands out [0, n) in runs of whole chunks of `chunk` (the last chunk may be shorter), calling
+  // fn(begin, end) for each run. Every thread works through its own contiguous share front to
+  // back, so its reads stay one sequential stream that prefetches can run ahead of; a thread that
+  // is done takes runs from the back of the others' shares, so a thread that is slowed down (a
+  // busy host taking its core) does less instead of holding everyone up at the end. Each run is a
+  // quarter of what is left of the share it comes from (at least one chunk): runs start long
+  // (few calls) and shrink to single chunks, so the threads finish within about a chunk of each
+  // other.
   template <typename F>
   void parallel_chunks(int64_t n, int64_t chunk, F&& fn) {
     if (n <= 0) return;
@@ -65,12 +68,12 @@ class ThreadPool {
       auto [first, end] = split_range(chunks, u, shares_count, 1);
       shares[u].reset(first, end);
     }
+    auto call = [&](ChunkShare::Run r) { fn(r.first * chunk, std::min(n, r.end * chunk)); };
     // Run inline (from inside a job) only thread 0 exists; it drains every share.
     run([&](int t, int) {
-      for (int64_t c; (c = shares[t].take_front()) >= 0;) fn(c * chunk, std::min(n, (c + 1) * chunk));
+      for (ChunkShare::Run r; (r = shares[t].take_front()).first >= 0;) call(r);
       for (int k = 1; k < shares_count; ++k)
-        for (int64_t c; (c = shares[(t + k) % shares_count].take_back()) >= 0;)
-          fn(c * chunk, std::min(n, (c + 1) * chunk));
+        for (ChunkShare::Run r; (r = shares[(t + k) % shares_count].take_back()).first >= 0;) call(r);
     });
   }
 
@@ -81,20 +84,26 @@ class ThreadPool {
   // The chunks [front, back) of one thread's share, packed in one word so that the owner (taking
   // from the front) and the others (taking from the back) never both get the same chunk.
   struct alignas(64) ChunkShare {
+    struct Run {
+      int64_t first = -1, end = -1;  // first < 0: the share is empty
+    };
+    static constexpr int64_t kRunDivisor = 4;
     std::atomic<uint64_t> range{0};
     void reset(int64_t front, int64_t back) { range.store(pack(front, back), std::memory_order_relaxed); }
-    int64_t take_front() { return take(true); }
-    int64_t take_back() { return take(false); }
+    Run take_front() { return take(true); }
+    Run take_back() { return take(false); }
 
    private:
     static uint64_t pack(int64_t front, int64_t back) { return uint64_t(front) << 32 | uint64_t(back); }
-    int64_t take(bool from_front) {
+    Run take(bool from_front) {
       uint64_t old = range.load(std::memory_order_relaxed);
       for (;;) {
         const int64_t front = int64_t(old >> 32), back = int64_t(old & 0xffffffffu);
-        if (front >= back) return -1;
-        const uint64_t next = from_front ? pack(front + 1, back) : pack(front, back - 1);
-        if (range.compare_exchange_weak(old, next, std::memory_order_relaxed)) return from_front ? front : back - 1;
+        if (front >= back) return {};
+        const int64_t count = std::max<int64_t>(1, (back - front) / kRunDivisor);
+        const uint64_t next = from_front ? pack(front + count, back) : pack(front, back - count);
+        if (range.compare_exchange_weak(old, next, std::memory_order_relaxed))
+          return from_front ? Run{front, front + count} : Run{back - count, back};
       }
     }
   };

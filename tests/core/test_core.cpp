@@ -62,14 +62,14 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
   }
 }
 
-TEST(ThreadPool, ParallelChunksCoverEveryIndexOnceInWholeChunks) {
+TEST(ThreadPool, ParallelChunksCoverEveryIndexOnceInRunsOfWholeChunks) {
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     for (int64_t n : {0, 1, 15, 16, 17, 1000}) {
       std::vector<std::atomic<int>> hits(size_t(n) + 1);
       std::atomic<int> odd_chunks{0};
       pool.parallel_chunks(n, 16, [&](int64_t b, int64_t e) {
-        if (b % 16 != 0 || (e - b != 16 && e != n)) odd_chunks++;
+        if (b % 16 != 0 || ((e - b) % 16 != 0 && e != n)) odd_chunks++;
         for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
       });
       EXPECT_EQ(odd_chunks.load(), 0);
@@ -99,22 +99,42 @@ TEST(ThreadPool, ParallelChunksGoToTheThreadThatIsFree) {
 
 TEST(ThreadPool, ParallelChunksWalkOwnShareForwardAndStealFromTheBack) {
   // Each thread reads its own rows as one forward stream; a thread that is done takes the last
-  // chunks of the others, so the streams meet in the middle.
+  // chunks of the others, so the streams meet in the middle. Runs are a quarter of what is left of
+  // a share (at least one chunk).
   ThreadPool pool(2);
   std::mutex m;
-  std::map<std::thread::id, std::vector<int64_t>> order;
-  pool.parallel_chunks(20, 1, [&](int64_t b, int64_t) {
+  std::map<std::thread::id, std::vector<std::pair<int64_t, int64_t>>> order;
+  pool.parallel_chunks(40, 1, [&](int64_t b, int64_t e) {
     {
       std::lock_guard lock(m);
-      order[std::this_thread::get_id()].push_back(b);
+      order[std::this_thread::get_id()].push_back({b, e});
     }
     if (b == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   });
   ASSERT_EQ(order.size(), 2u);
-  std::vector<int64_t> slow, fast;
-  for (auto& [id, seq] : order) (seq.front() == 0 ? slow : fast) = seq;
-  EXPECT_EQ(slow, std::vector<int64_t>({0}));
-  EXPECT_EQ(fast, std::vector<int64_t>({10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 9, 8, 7, 6, 5, 4, 3, 2, 1}));
+  std::vector<std::pair<int64_t, int64_t>> slow, fast;
+  for (auto& [id, seq] : order) (seq.front().first == 0 ? slow : fast) = seq;
+  using Runs = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(slow, Runs({{0, 5}}));  // a quarter of its share [0, 20), then it sleeps
+  EXPECT_EQ(fast, Runs({{20, 25}, {25, 28}, {28, 31}, {31, 33}, {33, 34}, {34, 35}, {35, 36}, {36, 37},
+                        {37, 38}, {38, 39}, {39, 40},                                // own share
+                        {17, 20}, {14, 17}, {12, 14}, {11, 12}, {10, 11}, {9, 10}, {8, 9}, {7, 8},
+                        {6, 7}, {5, 6}}));                                           // the other's, from the back
+}
+
+TEST(ThreadPool, ParallelChunksEndOnSingleChunks) {
+  // Two threads of equal speed finish within about one chunk: each one's last run is one chunk.
+  ThreadPool pool(2);
+  std::mutex m;
+  std::map<std::thread::id, std::vector<int64_t>> sizes;
+  pool.parallel_chunks(1000 * 16, 16, [&](int64_t b, int64_t e) {
+    std::lock_guard lock(m);
+    sizes[std::this_thread::get_id()].push_back(e - b);
+  });
+  for (auto& [id, s] : sizes) {
+    EXPECT_EQ(s.back(), 16);
+    EXPECT_GT(s.front(), 16 * 50);  // and starts with a long one
+  }
 }
 
 TEST(ThreadPool, SplitRangeRespectsGrain) {

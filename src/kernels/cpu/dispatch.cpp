@@ -20,18 +20,17 @@ constexpr int64_t kRowGrain = 16;
 constexpr int64_t kMinParallelWork = 1 << 16;
 // With fewer tokens than this the calling thread quantizes the activations alone.
 constexpr int64_t kMinParallelQuantize = 16;
-// Decode and batched decode (up to this many tokens) hand rows out in chunks, a few per thread,
-// to whichever thread is free: on a shared host one core is often slowed for milliseconds, and
-// with one fixed range per thread every matmul then waited for it. Longer runs keep one range per
-// thread: the prefill kernels pack the activations once per call and range.
+// Decode and batched decode (up to this many tokens) hand rows out in runs of kRowGrain-row
+// chunks to whichever thread is free (ThreadPool::parallel_chunks): on a shared host one core is
+// often slowed for milliseconds, and with one fixed range per thread every matmul then waited for
+// it. Longer runs keep one range per thread: the prefill kernels pack the activations once per
+// call and range.
 constexpr int64_t kMaxChunkedTokens = 15;
-constexpr int64_t kChunksPerThread = 8;
 
 template <typename F>
 void split_rows(ThreadPool& pool, int64_t rows, int64_t n, F&& fn) {
   if (n > kMaxChunkedTokens) return pool.parallel_for(rows, fn, kRowGrain);
-  const int64_t per_chunk = (rows + pool.size() * kChunksPerThread - 1) / (pool.size() * kChunksPerThread);
-  pool.parallel_chunks(rows, (per_chunk + kRowGrain - 1) / kRowGrain * kRowGrain, fn);
+  pool.parallel_chunks(rows, kRowGrain, fn);
 }
 
 // 64-byte aligned, grow-only scratch memory.
@@ -152,9 +151,7 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
   int64_t first_unit[kMaxTargets + 1] = {0};
   for (size_t i = 0; i < targets.size(); ++i)
     first_unit[i + 1] = first_unit[i] + (targets[i].w->rows + kRowGrain - 1) / kRowGrain;
-  const int64_t units = first_unit[targets.size()];
-  const int64_t per_chunk = (units + pool.size() * kChunksPerThread - 1) / (pool.size() * kChunksPerThread);
-  pool.parallel_chunks(units, per_chunk, [&](int64_t u0, int64_t u1) {
+  pool.parallel_chunks(first_unit[targets.size()], 1, [&](int64_t u0, int64_t u1) {
     for (size_t i = 0; i < targets.size() && u0 < u1; ++i) {
       if (u0 >= first_unit[i + 1]) continue;
       const int64_t end = std::min(u1, first_unit[i + 1]);
