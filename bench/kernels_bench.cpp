@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/huge_pages.h"
 #include "core/memory_bandwidth.h"
 #include "kernels/cpu/kernels.h"
 
@@ -45,9 +46,10 @@ double read_bandwidth() {
   return probe.measure(3);
 }
 
-// A weight matrix filled with a repeating block of valid random values (no NaN, no subnormals).
+// A weight matrix filled with a repeating block of valid random values (no NaN, no subnormals),
+// on 2 MB pages like the resident weights of a model (and the bandwidth probe).
 struct BenchMatrix {
-  std::unique_ptr<uint8_t[]> data, scales;
+  std::unique_ptr<uint8_t, HugePageFree> data, scales;
   WeightMatrix w;
 
   BenchMatrix(WeightFormat format, int64_t rows, int64_t cols, WeightLayout layout) {
@@ -56,7 +58,7 @@ struct BenchMatrix {
     w.cols = cols;
     w.row_stride = row_bytes(format, cols);
     const size_t bytes = size_t(rows * w.row_stride);
-    data.reset(new uint8_t[bytes]);
+    data.reset(static_cast<uint8_t*>(huge_page_alloc(bytes)));
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     std::vector<uint8_t> pattern(1 << 16);
@@ -75,7 +77,7 @@ struct BenchMatrix {
     if (format == WeightFormat::Q8 || format == WeightFormat::Q4) {
       w.scale_stride = cols / kQuantBlock * 2;
       const size_t n = size_t(rows * w.scale_stride) / 2;
-      scales.reset(new uint8_t[n * 2]);
+      scales.reset(static_cast<uint8_t*>(huge_page_alloc(n * 2)));
       const uint16_t h = f32_to_f16(0.01f);
       for (size_t i = 0; i < n; ++i) std::memcpy(scales.get() + 2 * i, &h, 2);
       w.scales = scales.get();

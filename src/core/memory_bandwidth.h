@@ -6,11 +6,12 @@
 #include <cstdlib>
 #include <memory>
 
+#include "core/huge_pages.h"
 #include "core/thread_pool.h"
 
 namespace tandem {
 
-// A buffer far larger than the caches, written once (each pool thread first touches its own part,
+// A buffer far larger than the caches, on 2 MB pages where the kernel allows, written once (each pool thread first touches its own part,
 // so pages land on its memory node and page faults are never timed), that can be read again and
 // again: a benchmark on a shared host probes between its timed sections, so that each section is
 // compared with the bandwidth the machine offered around it.
@@ -24,12 +25,9 @@ class ReadBandwidthProbe {
   size_t bytes() const { return bytes_; }
 
  private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
   ThreadPool& pool_;
   size_t chunk_ = 0, bytes_ = 0;
-  std::unique_ptr<uint8_t, Free> buffer_;
+  std::unique_ptr<uint8_t, HugePageFree> buffer_;
 };
 
 // One probe with a buffer of its own, freed on return.

@@ -3,35 +3,22 @@
 // placed on 2 MB pages where the kernel allows (transparent huge pages, madvise mode), which cuts
 // both the TLB misses of random lookups and the number of page faults while the tables are built.
 // Falls back to ordinary pages silently.
-#include <sys/mman.h>
-
 #include <cstddef>
 #include <cstdlib>
-#include <new>
+
+#include "core/huge_pages.h"
 
 namespace tandem::tok {
 
 template <typename T>
 struct HugePageAllocator {
   using value_type = T;
-  static constexpr size_t kHugePage = size_t(2) << 20;
 
   HugePageAllocator() = default;
   template <typename U>
   HugePageAllocator(const HugePageAllocator<U>&) {}
 
-  T* allocate(size_t n) {
-    const size_t bytes = n * sizeof(T);
-    if (bytes < kHugePage) {
-      if (void* p = std::malloc(bytes)) return static_cast<T*>(p);
-      throw std::bad_alloc();
-    }
-    const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    void* p = std::aligned_alloc(kHugePage, rounded);
-    if (!p) throw std::bad_alloc();
-    ::madvise(p, rounded, MADV_HUGEPAGE);
-    return static_cast<T*>(p);
-  }
+  T* allocate(size_t n) { return static_cast<T*>(huge_page_alloc(n * sizeof(T))); }
   void deallocate(T* p, size_t) { std::free(p); }
 
   template <typename U>

