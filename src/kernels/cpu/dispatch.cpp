@@ -130,6 +130,7 @@ bool same_activations(const KernelTable& k, const WeightMatrix& a, const WeightM
 void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const MatmulTarget> targets, const float* x,
                   int64_t x_stride, int64_t n) {
   constexpr size_t kMaxTargets = 8;
+  if (targets.empty()) return;
   int64_t work = 0;
   bool one_pass = targets.size() > 1 && targets.size() <= kMaxTargets && n <= kMaxChunkedTokens && pool.size() > 1;
   for (const MatmulTarget& t : targets) {
