@@ -46,7 +46,7 @@ void CpuOps::rope(float* x, int64_t x_stride, int64_t n, int heads, int head_dim
 
 void CpuOps::gelu_gate(float* gate, int64_t gate_stride, const float* up, int64_t up_stride, int64_t n,
                        int64_t width) {
-  pool_.parallel_for(n * width, [&](int64_t b, int64_t e) {
+  auto range = [&](int64_t b, int64_t e) {
     // Walk the flattened range row by row so each kernel call stays within one row.
     while (b < e) {
       const int64_t row = b / width, col = b % width;
@@ -54,7 +54,10 @@ void CpuOps::gelu_gate(float* gate, int64_t gate_stride, const float* up, int64_
       k_.gelu_gate(gate + row * gate_stride + col, up + row * up_stride + col, len);
       b += len;
     }
-  }, 256);
+  };
+  // One token's PLE gate (256 values) is not worth a thread hand-off; its MLP gate (10240) is.
+  if (n * width < 2048) range(0, n * width);
+  else pool_.parallel_for(n * width, range, 256);
 }
 
 void CpuOps::add(float* x, const float* y, int64_t count) { k_.add(x, y, count); }
