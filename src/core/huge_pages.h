@@ -1,7 +1,7 @@
 #pragma once
 // Big buffers on 2 MB pages where the kernel allows (transparent huge pages in madvise mode), with
 // a silent fallback to ordinary pages. Streaming reads go faster on them (fewer TLB misses and
-// page walks; on the dev VM a plain read of 512 MB ran 8-27% faster than on 4 KB pages) and random
+// page walks; on the dev VM a plain read of 512 MB ran 3-15% faster than on 4 KB pages) and random
 // lookups miss the TLB less.
 #include <cstddef>
 #include <cstdlib>

@@ -60,7 +60,7 @@ ReadBandwidthProbe::ReadBandwidthProbe(ThreadPool& pool, size_t bytes) : pool_(p
   const int nt = pool.size();
   chunk_ = std::max<size_t>(4096, bytes / size_t(nt) / 4096 * 4096);
   bytes_ = chunk_ * size_t(nt);
-  // On 2 MB pages, as the resident weights are: on 4 KB pages the same read runs 8-27% slower on
+  // On 2 MB pages, as the resident weights are: on 4 KB pages the same read runs 3-15% slower on
   // the dev VM, and the roofline would then credit the kernels with the page size's advantage.
   buffer_.reset(static_cast<uint8_t*>(huge_page_alloc(bytes_)));
   uint8_t* base = buffer_.get();

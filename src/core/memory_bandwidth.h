@@ -11,9 +11,9 @@
 
 namespace tandem {
 
-// A buffer far larger than the caches, on 2 MB pages where the kernel allows, written once (each pool thread first touches its own part,
-// so pages land on its memory node and page faults are never timed), that can be read again and
-// again: a benchmark on a shared host probes between its timed sections, so that each section is
+// A buffer far larger than the caches, on 2 MB pages where the kernel allows, written once (each
+// pool thread first touches its own part, so pages land on its memory node and page faults are
+// never timed), that can be read again and again: a benchmark on a shared host probes between its timed sections, so that each section is
 // compared with the bandwidth the machine offered around it.
 class ReadBandwidthProbe {
  public:

@@ -85,7 +85,7 @@ void paged_attention(ThreadPool& pool, const KernelTable& k, const AttentionBatc
         split_items.push_back(part);
       }
     }
-    items.assign(kept.begin(), kept.end());
+    items.swap(kept);
     items.insert(items.end(), split_items.begin(), split_items.end());
   }
 

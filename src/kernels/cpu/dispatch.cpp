@@ -26,12 +26,8 @@ constexpr int64_t kMinParallelQuantize = 16;
 // it. Longer runs keep one range per thread: the prefill kernels pack the activations once per
 // call and range.
 constexpr int64_t kMaxChunkedTokens = 15;
-
-template <typename F>
-void split_rows(ThreadPool& pool, int64_t rows, int64_t n, F&& fn) {
-  if (n > kMaxChunkedTokens) return pool.parallel_for(rows, fn, kRowGrain);
-  pool.parallel_chunks(rows, kRowGrain, fn);
-}
+// At most this many matrices go through one pass; a larger group takes one pass per matrix.
+constexpr size_t kMaxGroup = 8;
 
 // 64-byte aligned, grow-only scratch memory.
 class ScratchBuffer {
@@ -92,28 +88,8 @@ void detail::quantize_then_matmul_rows(const KernelTable& k, const WeightMatrix&
 
 void matmul(ThreadPool& pool, const KernelTable& table, const WeightMatrix& w, const float* x, int64_t x_stride,
             int64_t n, float* y, int64_t y_stride) {
-  if (w.rows <= 0 || n <= 0) return;
-  // Weights rearranged for another table's kernels (tests compare tables on one matrix): the
-  // scalar table reads every layout.
-  const KernelTable& k = w.layout != WeightLayout::Plain && !table.interleaved ? scalar_kernels() : table;
-  const bool parallel = pool.size() > 1 && w.rows * w.cols * n >= kMinParallelWork && w.rows > kRowGrain;
-  if (!is_quantized(w.format) || !k.quantize_activations) {
-    if (!parallel) return k.matmul_rows(w, 0, w.rows, x, x_stride, n, y, y_stride);
-    split_rows(pool, w.rows, n, [&](int64_t r0, int64_t r1) { k.matmul_rows(w, r0, r1, x, x_stride, n, y, y_stride); });
-    return;
-  }
-  const int64_t stride = k.quantized_activation_stride(w, n);
-  uint8_t* xq = t_matmul_scratch.get(size_t(stride * n));
-  if (parallel && n >= kMinParallelQuantize) {
-    pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
-      k.quantize_activations(w, n, x, x_stride, i0, i1 - i0, xq, stride);
-    });
-  } else {
-    k.quantize_activations(w, n, x, x_stride, 0, n, xq, stride);
-  }
-  if (!parallel) return k.matmul_rows_quantized(w, 0, w.rows, xq, stride, n, y, y_stride);
-  split_rows(pool, w.rows, n,
-             [&](int64_t r0, int64_t r1) { k.matmul_rows_quantized(w, r0, r1, xq, stride, n, y, y_stride); });
+  const MatmulTarget target{&w, y, y_stride};
+  matmul_group(pool, table, std::span(&target, 1), x, x_stride, n);
 }
 
 namespace {
@@ -129,30 +105,40 @@ bool same_activations(const KernelTable& k, const WeightMatrix& a, const WeightM
 
 void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const MatmulTarget> targets, const float* x,
                   int64_t x_stride, int64_t n) {
-  constexpr size_t kMaxTargets = 8;
-  if (targets.empty()) return;
-  int64_t work = 0;
-  bool one_pass = targets.size() > 1 && targets.size() <= kMaxTargets && n <= kMaxChunkedTokens && pool.size() > 1;
-  for (const MatmulTarget& t : targets) {
-    work += t.w->rows * t.w->cols * n;
-    one_pass = one_pass && t.w->rows > 0 && same_activations(table, *targets[0].w, *t.w, n);
-  }
-  const WeightMatrix& w0 = *targets[0].w;
-  const KernelTable& k = w0.layout != WeightLayout::Plain && !table.interleaved ? scalar_kernels() : table;
-  if (!one_pass || work < kMinParallelWork || n <= 0) {
-    for (const MatmulTarget& t : targets) matmul(pool, table, *t.w, x, x_stride, n, t.y, t.y_stride);
+  if (targets.empty() || n <= 0) return;
+  bool one_pass = targets.size() <= kMaxGroup;
+  for (const MatmulTarget& t : targets) one_pass = one_pass && same_activations(table, *targets[0].w, *t.w, n);
+  if (!one_pass) {
+    for (const MatmulTarget& t : targets) matmul_group(pool, table, std::span(&t, 1), x, x_stride, n);
     return;
   }
+  // The matrices' rows end to end, in units of kRowGrain rows; no unit spans two matrices.
+  int64_t first_unit[kMaxGroup + 1] = {0}, work = 0;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const WeightMatrix& w = *targets[i].w;
+    first_unit[i + 1] = first_unit[i] + (std::max<int64_t>(0, w.rows) + kRowGrain - 1) / kRowGrain;
+    work += std::max<int64_t>(0, w.rows) * w.cols * n;
+  }
+  const int64_t units = first_unit[targets.size()];
+  if (units == 0) return;
+  const WeightMatrix& w0 = *targets[0].w;
+  // Weights rearranged for another table's kernels (tests compare tables on one matrix): the
+  // scalar table reads every layout.
+  const KernelTable& k = w0.layout != WeightLayout::Plain && !table.interleaved ? scalar_kernels() : table;
+  const bool parallel = pool.size() > 1 && work >= kMinParallelWork && units > 1;
+
   const bool quantized = is_quantized(w0.format) && k.quantize_activations;
   const int64_t stride = quantized ? k.quantized_activation_stride(w0, n) : 0;
   uint8_t* xq = quantized ? t_matmul_scratch.get(size_t(stride * n)) : nullptr;
-  if (quantized) k.quantize_activations(w0, n, x, x_stride, 0, n, xq, stride);
+  if (quantized && parallel && n >= kMinParallelQuantize) {
+    pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
+      k.quantize_activations(w0, n, x, x_stride, i0, i1 - i0, xq, stride);
+    });
+  } else if (quantized) {
+    k.quantize_activations(w0, n, x, x_stride, 0, n, xq, stride);
+  }
 
-  // The matrices' rows end to end, in units of kRowGrain rows; no unit spans two matrices.
-  int64_t first_unit[kMaxTargets + 1] = {0};
-  for (size_t i = 0; i < targets.size(); ++i)
-    first_unit[i + 1] = first_unit[i] + (targets[i].w->rows + kRowGrain - 1) / kRowGrain;
-  pool.parallel_chunks(first_unit[targets.size()], 1, [&](int64_t u0, int64_t u1) {
+  auto multiply = [&](int64_t u0, int64_t u1) {
     for (size_t i = 0; i < targets.size() && u0 < u1; ++i) {
       if (u0 >= first_unit[i + 1]) continue;
       const int64_t end = std::min(u1, first_unit[i + 1]);
@@ -162,7 +148,10 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
       else k.matmul_rows(*t.w, r0, r1, x, x_stride, n, t.y, t.y_stride);
       u0 = end;
     }
-  });
+  };
+  if (!parallel) multiply(0, units);
+  else if (n > kMaxChunkedTokens) pool.parallel_for(units, multiply);
+  else pool.parallel_chunks(units, 1, multiply);
 }
 
 }  // namespace tandem::cpu

@@ -69,10 +69,10 @@ WeightLayout preferred_layout(const WeightMatrix& w);
 void matmul(ThreadPool& pool, const KernelTable& k, const WeightMatrix& w, const float* x, int64_t x_stride,
             int64_t n, float* y, int64_t y_stride);
 
-// matmul() for each target, all over the same x. For one token or a few (decode) they run as one
-// pass over the pool, with x quantized once when the matrices share format, layout and width:
-// each step of a decode then hands work to the threads fewer times, and the threads' row streams
-// run on from one matrix into the next.
+// matmul() for each target, all over the same x (matmul() is a group of one). Matrices that share
+// format, layout and width run as one pass over the pool with x quantized once: each decode step
+// then hands work to the threads fewer times, and their row streams run on from one matrix into
+// the next. Other groups take one pass per matrix.
 void matmul_group(ThreadPool& pool, const KernelTable& k, std::span<const MatmulTarget> targets, const float* x,
                   int64_t x_stride, int64_t n);
 
