@@ -49,7 +49,7 @@ double read_bandwidth() {
 // A weight matrix filled with a repeating block of valid random values (no NaN, no subnormals),
 // on 2 MB pages like the resident weights of a model (and the bandwidth probe).
 struct BenchMatrix {
-  std::unique_ptr<uint8_t, HugePageFree> data, scales;
+  std::unique_ptr<uint8_t, HugePageFree> data;
   WeightMatrix w;
 
   BenchMatrix(WeightFormat format, int64_t rows, int64_t cols, WeightLayout layout) {
@@ -58,7 +58,9 @@ struct BenchMatrix {
     w.cols = cols;
     w.row_stride = row_bytes(format, cols);
     const size_t bytes = size_t(rows * w.row_stride);
-    data.reset(static_cast<uint8_t*>(huge_page_alloc(bytes)));
+    // Quantized scales follow the codes in the same buffer, as the resident loader places them.
+    const size_t scale_bytes = is_quantized(format) ? size_t(rows * (cols / kQuantBlock) * 2) : 0;
+    data.reset(static_cast<uint8_t*>(huge_page_alloc(bytes + scale_bytes)));
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     std::vector<uint8_t> pattern(1 << 16);
@@ -76,14 +78,14 @@ struct BenchMatrix {
     w.data = data.get();
     if (format == WeightFormat::Q8 || format == WeightFormat::Q4) {
       w.scale_stride = cols / kQuantBlock * 2;
-      const size_t n = size_t(rows * w.scale_stride) / 2;
-      scales.reset(static_cast<uint8_t*>(huge_page_alloc(n * 2)));
+      const size_t n = scale_bytes / 2;
       const uint16_t h = f32_to_f16(0.01f);
-      for (size_t i = 0; i < n; ++i) std::memcpy(scales.get() + 2 * i, &h, 2);
-      w.scales = scales.get();
+      for (size_t i = 0; i < n; ++i) std::memcpy(data.get() + bytes + 2 * i, &h, 2);
+      w.scales = data.get() + bytes;
     }
     if (layout == WeightLayout::Interleaved) {
-      interleave_rows(w, data.get(), 0, rows);
+      const std::vector<uint8_t> plain(data.get(), data.get() + bytes + scale_bytes);
+      interleave_row_groups(w, plain.data(), data.get(), 0, interleaved_group_count(w));
       w.layout = layout;
     }
   }

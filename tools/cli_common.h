@@ -54,9 +54,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& options);
 // --weight-layout: how resident Q8/Q4 weights are arranged (kernels/weight.h, WeightLayout).
 void add_weight_layout_option(CLI::App& cmd, std::string& option);
 // The loader's layout choice for --weight-layout `option` when at most `max_sequences` decode at
-// once. auto: plain for one sequence, whose decode streams every weight from DRAM and reads the
-// plain layout fastest; interleaved (where the CPU's kernels have it) for more, whose batches
-// multiply it up to 1.8x faster (docs/kernels.md). Error for interleaved with mapped weights.
+// once. auto: interleaved (where the CPU's kernels have it) for batches, which multiply it up to
+// 1.8x faster, and for one sequence of Q4, which decodes faster from its row groups; Q8 stays plain
+// for one sequence (docs/kernels.md). Error for interleaved with mapped weights.
 ResidentWeights::LayoutChooser layout_chooser(const std::string& option, const std::string& residency,
                                               int max_sequences);
 // "interleaved" when any of the loaded projections is in that layout (matrices whose columns are not

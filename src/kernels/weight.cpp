@@ -1,5 +1,6 @@
 #include "kernels/weight.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -10,10 +11,10 @@ namespace tandem {
 
 namespace {
 
-// Where column c's code sits in an Interleaved row: byte offset, and for Q4 whether it is the
-// high nibble (see WeightLayout).
+// Where column c's code sits in an Interleaved row: chunk, 64-byte vector of the chunk, byte in
+// it, and for Q4 whether it is the high nibble (see WeightLayout).
 struct CodePlace {
-  int64_t byte;
+  int64_t chunk, vector, byte;
   bool high;
 };
 
@@ -21,45 +22,58 @@ CodePlace interleaved_place(WeightFormat format, int64_t c) {
   const int64_t chunk = c / kInterleaveChunk, in_chunk = c % kInterleaveChunk;
   const int64_t block = in_chunk / kQuantBlock, in_block = in_chunk % kQuantBlock;
   const int64_t vector = in_block / 4, lane_byte = 4 * block + in_block % 4;
-  if (format == WeightFormat::Q8) return {chunk * kInterleaveChunk + 64 * vector + lane_byte, false};
-  return {chunk * kInterleaveChunk / 2 + 64 * (vector % 4) + lane_byte, vector >= 4};
+  if (format == WeightFormat::Q8) return {chunk, vector, lane_byte, false};
+  return {chunk, vector % 4, lane_byte, vector >= 4};
 }
 
-int interleaved_code(WeightFormat format, const uint8_t* row, int64_t c) {
-  const CodePlace p = interleaved_place(format, c);
-  if (format == WeightFormat::Q8) return int(row[p.byte]) - 128;
-  return int(p.high ? row[p.byte] >> 4 : row[p.byte] & 0xf) - 8;
+int interleaved_code(const WeightMatrix& w, int64_t r, int64_t c) {
+  const CodePlace p = interleaved_place(w.format, c);
+  const uint8_t byte = interleaved_vector(w, r, p.chunk, p.vector)[p.byte];
+  if (w.format == WeightFormat::Q8) return int(byte) - 128;
+  return int(p.high ? byte >> 4 : byte & 0xf) - 8;
 }
 
 }  // namespace
 
 bool can_interleave(const WeightMatrix& w) {
   return (w.format == WeightFormat::Q8 || w.format == WeightFormat::Q4) && w.layout == WeightLayout::Plain &&
-         w.cols > 0 && w.cols % kInterleaveChunk == 0;
+         w.cols > 0 && w.cols % kInterleaveChunk == 0 && w.row_stride == row_bytes(w.format, w.cols) &&
+         w.scale_stride == scale_row_bytes(w.format, w.cols) && w.scales == w.data + w.rows * w.row_stride;
 }
 
-void interleave_rows(const WeightMatrix& w, uint8_t* data, int64_t r0, int64_t r1) {
-  if (!can_interleave(w)) fail("interleave_rows: needs a plain Q8/Q4 matrix with columns a multiple of {}", kInterleaveChunk);
-  const int64_t bytes = row_bytes(w.format, w.cols);
-  std::vector<uint8_t> plain(size_t(bytes), 0);
-  for (int64_t r = r0; r < r1; ++r) {
-    uint8_t* row = data + r * w.row_stride;
-    std::memcpy(plain.data(), row, size_t(bytes));
-    if (w.format == WeightFormat::Q4) std::memset(row, 0, size_t(bytes));
+void interleave_row_groups(const WeightMatrix& w, const uint8_t* plain, uint8_t* out, int64_t g0, int64_t g1) {
+  if (!can_interleave(w))
+    fail("interleave_row_groups: needs a plain Q8/Q4 matrix with packed rows, its scales after them and "
+         "columns a multiple of {}", kInterleaveChunk);
+  const int64_t bytes = w.row_stride, scale_bytes = w.scale_stride, chunks = w.cols / kInterleaveChunk;
+  const int64_t vectors = w.format == WeightFormat::Q8 ? 8 : 4;
+  const uint8_t* plain_scales = plain + w.rows * bytes;
+  WeightMatrix dst = w;  // addresses of the result
+  dst.data = out;
+  dst.scales = out + w.rows * bytes;
+  std::vector<uint8_t> row(static_cast<size_t>(bytes));
+  for (int64_t r = g0 * kInterleaveRows; r < std::min(w.rows, g1 * kInterleaveRows); ++r) {
+    const uint8_t* src = plain + r * bytes;
+    if (w.format == WeightFormat::Q4) std::fill(row.begin(), row.end(), uint8_t(0));
     // The loops walk interleaved_place() in order, without its divisions (this runs over every weight at load).
-    for (int64_t chunk = 0; chunk < w.cols / kInterleaveChunk; ++chunk)
+    for (int64_t chunk = 0; chunk < chunks; ++chunk)
       for (int64_t j = 0; j < 16; ++j)
         for (int64_t k = 0; k < 8; ++k)
           for (int64_t b = 0; b < 4; ++b) {
             const int64_t c = chunk * kInterleaveChunk + 32 * j + 4 * k + b;
             if (w.format == WeightFormat::Q8) {
-              row[chunk * kInterleaveChunk + 64 * k + 4 * j + b] = uint8_t(plain[size_t(c)] ^ 0x80);  // q + 128
+              row[size_t(chunk * kInterleaveChunk + 64 * k + 4 * j + b)] = uint8_t(src[c] ^ 0x80);  // q + 128
             } else {
-              const uint8_t packed = plain[size_t(c / 2)];
+              const uint8_t packed = src[c / 2];
               const uint8_t code = c % 2 ? packed >> 4 : packed & 0xf;  // stored as q + 8 already
-              row[chunk * kInterleaveChunk / 2 + 64 * (k % 4) + 4 * j + b] |= k >= 4 ? uint8_t(code << 4) : code;
+              row[size_t(chunk * kInterleaveChunk / 2 + 64 * (k % 4) + 4 * j + b)] |= k >= 4 ? uint8_t(code << 4) : code;
             }
           }
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      for (int64_t k = 0; k < vectors; ++k)
+        std::memcpy(const_cast<uint8_t*>(interleaved_vector(dst, r, chunk, k)), row.data() + 64 * (chunk * vectors + k), 64);
+      std::memcpy(const_cast<uint8_t*>(interleaved_scales(dst, r, chunk)), plain_scales + r * scale_bytes + 32 * chunk, 32);
+    }
   }
 }
 
@@ -98,8 +112,16 @@ int64_t row_bytes(WeightFormat format, int64_t cols) {
 
 WeightMatrix WeightMatrix::slice_rows(int64_t first, int64_t count) const {
   if (first < 0 || count < 0 || first + count > rows) fail("row slice [{}, +{}) out of {} rows", first, count, rows);
+  if (layout == WeightLayout::Interleaved &&
+      (first % kInterleaveRows != 0 || (count % kInterleaveRows != 0 && first + count != rows)))
+    fail("row slice [{}, +{}) does not fall on {}-row groups of the interleaved layout", first, count, kInterleaveRows);
   WeightMatrix s = *this;
   s.rows = count;
+  if (layout == WeightLayout::Interleaved) {  // codes and scales of whole groups, one region
+    s.data = data + first * (row_stride + scale_stride);
+    s.scales = s.data + count * row_stride;
+    return s;
+  }
   s.data = data + first * row_stride;
   if (scales) s.scales = scales + first * scale_stride;
   return s;
@@ -140,14 +162,17 @@ void WeightMatrix::row_to_float(int64_t r, float* out) const {
       return;
     case WeightFormat::Q8:
     case WeightFormat::Q4: {
-      const uint8_t* srow = scales + r * scale_stride;
+      const bool interleaved = layout == WeightLayout::Interleaved;
       for (int64_t c = 0; c < cols; ++c) {
+        const int64_t block = c / kQuantBlock;
+        const uint8_t* scale_bits = interleaved ? interleaved_scales(*this, r, c / kInterleaveChunk) + 2 * (block % 16)
+                                                : scales + r * scale_stride + 2 * block;
         uint16_t sbits;
-        std::memcpy(&sbits, srow + 2 * (c / kQuantBlock), 2);
+        std::memcpy(&sbits, scale_bits, 2);
         const float scale = f16_to_f32(sbits);
         int q;
-        if (layout == WeightLayout::Interleaved) {
-          q = interleaved_code(format, row, c);
+        if (interleaved) {
+          q = interleaved_code(*this, r, c);
         } else if (format == WeightFormat::Q8) {
           q = int(int8_t(row[c]));
         } else {

@@ -23,9 +23,18 @@ constexpr int kQuantBlock = 32;
 // 32 j + 4 k .. 32 j + 4 k + 3 at bytes 4 j .. 4 j + 3. Codes are unsigned: Q8 stores q + 128
 // (512 bytes per chunk, vector k at byte 64 k); Q4 stores q + 8 with vectors k and k + 4 sharing
 // 64 bytes at byte 64 k (low nibble: vector k, high nibble: vector k + 4; 256 bytes per chunk).
-// The scales keep their plain order (16 per chunk).
+// A matrix's scales directly follow its codes (scales == data + rows * row_stride), and the two
+// are rearranged together: the rows are stored in groups of kInterleaveRows (the last group takes
+// what is left), group by group, each starting at data + first_row * (row_stride + scale_stride).
+// A group of g rows holds its chunks in order; chunk ch is the 64-byte vectors of its rows, vector
+// k of row i at byte 64 (k g + i), followed by the rows' 16 f16 scales of the chunk, row i's at
+// byte 64 V g + 32 i (V = 8 vectors per chunk for Q8, 4 for Q4). A tile of a whole group (decode,
+// and 4 x 4 batch tiles) then reads one sequential stream, which the hardware prefetchers follow as
+// they do a plain read; 4-8 rows read side by side were as many short streams (and their scales
+// more), which needed software prefetch and still fell short of it.
 enum class WeightLayout : uint8_t { Plain, Interleaved };
 constexpr int64_t kInterleaveChunk = 512;
+constexpr int64_t kInterleaveRows = 4;
 
 std::string_view weight_format_name(WeightFormat format);
 double weight_format_bits(WeightFormat format);  // bits per weight including scales
@@ -41,7 +50,7 @@ struct WeightMatrix {
   WeightLayout layout = WeightLayout::Plain;
 
   bool empty() const { return rows == 0; }
-  WeightMatrix slice_rows(int64_t first, int64_t count) const;
+  WeightMatrix slice_rows(int64_t first, int64_t count) const;  // Interleaved: whole groups
   WeightMatrix slice_cols(int64_t first, int64_t count) const;  // quantized: first % 32 == 0; Plain only
   void row_to_float(int64_t r, float* out) const;               // widen / dequantize one row
   size_t streamed_bytes() const;                                 // bytes one pass over it reads
@@ -56,10 +65,43 @@ inline int64_t scale_row_bytes(WeightFormat format, int64_t cols) {
   return is_quantized(format) ? cols / kQuantBlock * 2 : 0;
 }
 
-// Whether w (Q8/Q4, Plain) can be rearranged into the Interleaved layout.
+// Whether w (Q8/Q4, Plain, rows packed at row_bytes, scales right after the codes) can be
+// rearranged into the Interleaved layout.
 bool can_interleave(const WeightMatrix& w);
-// Rearranges rows [r0, r1) of a Plain Q8/Q4 matrix in place (w.data must be writable); the caller
-// sets w.layout = Interleaved once every row is done. Rows are independent, so threads may split them.
-void interleave_rows(const WeightMatrix& w, uint8_t* data, int64_t r0, int64_t r1);
+// Writes row groups [g0, g1) of w in the Interleaved layout into `out` (rows * (row_stride +
+// scale_stride) bytes, the region w.data starts), reading the codes and scales from `plain`, a copy
+// of that region taken before; the caller then points w.data at out (scales at out + rows *
+// row_stride) and sets w.layout = Interleaved. Groups are independent, so threads may split them.
+void interleave_row_groups(const WeightMatrix& w, const uint8_t* plain, uint8_t* out, int64_t g0, int64_t g1);
+inline int64_t interleaved_group_count(const WeightMatrix& w) {
+  return (w.rows + kInterleaveRows - 1) / kInterleaveRows;
+}
+
+// Addresses in an Interleaved matrix (see WeightLayout).
+inline int64_t interleaved_group_rows(const WeightMatrix& w, int64_t r) {
+  const int64_t first = r / kInterleaveRows * kInterleaveRows;
+  return w.rows - first < kInterleaveRows ? w.rows - first : kInterleaveRows;
+}
+// Bytes of one row's codes and scales over one 512-column chunk.
+inline int64_t interleaved_chunk_row_bytes(WeightFormat format) {
+  return (format == WeightFormat::Q8 ? 512 : 256) + 32;
+}
+// Where chunk ch of row r's group starts; the group's next chunk follows at
+// + interleaved_group_rows(w, r) * interleaved_chunk_row_bytes(w.format).
+inline const uint8_t* interleaved_group_chunk(const WeightMatrix& w, int64_t r, int64_t ch) {
+  const int64_t first = r / kInterleaveRows * kInterleaveRows;
+  return w.data + first * (w.row_stride + w.scale_stride) +
+         ch * interleaved_group_rows(w, r) * interleaved_chunk_row_bytes(w.format);
+}
+// 64-byte vector k (0..7 for Q8, 0..3 for Q4) of row r's chunk ch; vector k + 1 follows at
+// + 64 * interleaved_group_rows(w, r).
+inline const uint8_t* interleaved_vector(const WeightMatrix& w, int64_t r, int64_t ch, int64_t k) {
+  return interleaved_group_chunk(w, r, ch) + 64 * (k * interleaved_group_rows(w, r) + r % kInterleaveRows);
+}
+// The 16 f16 scales of row r's chunk ch.
+inline const uint8_t* interleaved_scales(const WeightMatrix& w, int64_t r, int64_t ch) {
+  const int64_t vectors = w.format == WeightFormat::Q8 ? 8 : 4;
+  return interleaved_group_chunk(w, r, ch) + interleaved_group_rows(w, r) * 64 * vectors + 32 * (r % kInterleaveRows);
+}
 
 }  // namespace tandem

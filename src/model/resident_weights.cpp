@@ -160,7 +160,13 @@ std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const Ch
       m.scale_stride = scale_row_bytes(m.format, m.cols);
     }
     if (choose_layout && choose_layout(m) == WeightLayout::Interleaved && can_interleave(m)) {
-      pool.parallel_for(m.rows, [&](int64_t r0, int64_t r1) { interleave_rows(m, base + p.data_at, r0, r1); });
+      // Rearranged from a copy: a group's new place overlaps other groups' plain rows.
+      const size_t region = size_t(m.rows) * size_t(m.row_stride + m.scale_stride);
+      const std::unique_ptr<uint8_t[]> plain(new uint8_t[region]);
+      std::memcpy(plain.get(), m.data, region);
+      pool.parallel_for(interleaved_group_count(m), [&](int64_t g0, int64_t g1) {
+        interleave_row_groups(m, plain.get(), base + p.data_at, g0, g1);
+      });
       m.layout = WeightLayout::Interleaved;
     }
   }

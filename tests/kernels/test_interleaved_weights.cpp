@@ -4,6 +4,7 @@
 // interleaved kernel fall back to the scalar one).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -15,11 +16,27 @@
 namespace tandem::test {
 namespace {
 
-OwnedMatrix interleaved_copy(const OwnedMatrix& plain) {
-  OwnedMatrix m = plain;
+// The plain matrix with its scales right after its codes, in one buffer, as the resident loader
+// places them (the interleaved layout needs that).
+OwnedMatrix packed_copy(const OwnedMatrix& plain) {
+  const WeightMatrix& v = plain.view;
+  OwnedMatrix m;
+  m.view = v;
+  const size_t codes = size_t(v.rows * v.row_stride), scales = size_t(v.rows * v.scale_stride);
+  m.data.assign(codes + scales, 0);
+  std::memcpy(m.data.data(), v.data, codes);
+  std::memcpy(m.data.data() + codes, v.scales, scales);
   m.view.data = m.data.data();
-  m.view.scales = m.scales.data();
-  interleave_rows(m.view, m.data.data(), 0, m.view.rows);
+  m.view.scales = m.data.data() + codes;
+  return m;
+}
+
+OwnedMatrix interleaved_copy(const OwnedMatrix& plain) {
+  const OwnedMatrix packed = packed_copy(plain);
+  OwnedMatrix m = packed;
+  interleave_row_groups(packed.view, packed.data.data(), m.data.data(), 0, interleaved_group_count(packed.view));
+  m.view.data = m.data.data();
+  m.view.scales = m.data.data() + m.view.rows * m.view.row_stride;
   m.view.layout = WeightLayout::Interleaved;
   return m;
 }
@@ -29,7 +46,8 @@ TEST(InterleavedWeights, RowsReadBackUnchanged) {
   for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4})
     for (int64_t cols : {512, 1536}) {
       const OwnedMatrix plain = random_matrix(f, 7, cols, false, rng);
-      ASSERT_TRUE(can_interleave(plain.view));
+      ASSERT_FALSE(can_interleave(plain.view)) << "scales apart from the codes";
+      ASSERT_TRUE(can_interleave(packed_copy(plain).view));
       const OwnedMatrix inter = interleaved_copy(plain);
       std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
       for (int64_t r = 0; r < 7; ++r) {
@@ -43,19 +61,57 @@ TEST(InterleavedWeights, RowsReadBackUnchanged) {
 
 TEST(InterleavedWeights, CodesSitWhereTheLayoutSays) {
   std::mt19937 rng(6);
+  // One row: chunk ch starts at ch * (codes per chunk + 32 bytes of scales).
   const OwnedMatrix q8 = random_matrix(WeightFormat::Q8, 1, 1024, false, rng);
   const OwnedMatrix q8i = interleaved_copy(q8);
-  // Column 512 + 32 * 3 + 4 * 6 + 2: chunk 1, block 3, vector 6, byte 2 -> 512 + 64 * 6 + 4 * 3 + 2.
+  // Column 512 + 32 * 3 + 4 * 6 + 2: chunk 1, block 3, vector 6, byte 2 -> 544 + 64 * 6 + 4 * 3 + 2.
   const int64_t c8 = 512 + 32 * 3 + 4 * 6 + 2;
-  EXPECT_EQ(q8i.data[size_t(512 + 64 * 6 + 4 * 3 + 2)], uint8_t(int(int8_t(q8.data[size_t(c8)])) + 128));
+  EXPECT_EQ(q8i.data[size_t(544 + 64 * 6 + 4 * 3 + 2)], uint8_t(int(int8_t(q8.data[size_t(c8)])) + 128));
+  // Block 3 of chunk 1's scales: after its 512 bytes of codes.
+  EXPECT_EQ(q8i.data[size_t(544 + 512 + 2 * 3)], q8.scales[size_t(2 * (16 + 3))]);
 
   const OwnedMatrix q4 = random_matrix(WeightFormat::Q4, 1, 1024, false, rng);
   const OwnedMatrix q4i = interleaved_copy(q4);
   auto nibble = [&](int64_t c) { return c % 2 ? q4.data[size_t(c / 2)] >> 4 : q4.data[size_t(c / 2)] & 0xf; };
   // Column 32 * 5 + 4 * 1 + 3 (vector 1: low nibble of byte 64 * 1 + 4 * 5 + 3).
   EXPECT_EQ(q4i.data[size_t(64 + 20 + 3)] & 0xf, nibble(32 * 5 + 4 + 3));
-  // Column 512 + 32 * 15 + 4 * 7 (vector 7: high nibble of byte 256 + 64 * 3 + 4 * 15).
-  EXPECT_EQ(q4i.data[size_t(256 + 64 * 3 + 60)] >> 4, nibble(512 + 32 * 15 + 28));
+  // Column 512 + 32 * 15 + 4 * 7 (vector 7: high nibble of byte 288 + 64 * 3 + 4 * 15).
+  EXPECT_EQ(q4i.data[size_t(288 + 64 * 3 + 60)] >> 4, nibble(512 + 32 * 15 + 28));
+  EXPECT_EQ(q4i.data[size_t(288 + 256 + 2 * 15 + 1)], q4.scales[size_t(2 * (16 + 15) + 1)]);
+}
+
+TEST(InterleavedWeights, RowGroupsAlternateVectorsAndScales) {
+  ASSERT_EQ(kInterleaveRows, 4) << "the offsets below are worked out for groups of 4 rows";
+  std::mt19937 rng(9);
+  // 22 rows of 1024 Q8 columns (1024 + 64 bytes of codes and scales per row): five groups of 4
+  // rows and a last one of 2. A group's chunks take (rows in it) x 544 bytes each.
+  const OwnedMatrix q8 = random_matrix(WeightFormat::Q8, 22, 1024, false, rng);
+  const OwnedMatrix q8i = interleaved_copy(q8);
+  auto code = [&](int64_t r, int64_t c) { return uint8_t(int(int8_t(q8.data[size_t(r * 1024 + c)])) + 128); };
+  auto scale_byte = [&](int64_t r, int64_t b) { return q8.scales[size_t(r * 64 + b)]; };
+  // Row 17: row 1 of the group at row 16. Column 512 + 32 * 3 + 4 * 6 + 2: chunk 1, vector 6,
+  // block 3, byte 2.
+  const size_t chunk17 = size_t(16 * 1088 + 4 * 544);
+  EXPECT_EQ(q8i.data[chunk17 + 64 * (6 * 4 + 1) + 4 * 3 + 2], code(17, 512 + 32 * 3 + 4 * 6 + 2));
+  // Its scales for chunk 1 follow the chunk's 8 x 4 vectors; block 3 of them (f16, two bytes).
+  EXPECT_EQ(q8i.data[chunk17 + 64 * 8 * 4 + 32 * 1 + 2 * 3], scale_byte(17, 2 * (16 + 3)));
+  EXPECT_EQ(q8i.data[chunk17 + 64 * 8 * 4 + 32 * 1 + 2 * 3 + 1], scale_byte(17, 2 * (16 + 3) + 1));
+  // Row 21: row 1 of the last group (2 rows, at row 20); chunk 1 starts 2 x 544 bytes in.
+  const size_t chunk21 = size_t(20 * 1088 + 2 * 544);
+  EXPECT_EQ(q8i.data[chunk21 + 64 * (6 * 2 + 1) + 4 * 3 + 2], code(21, 512 + 32 * 3 + 4 * 6 + 2));
+  EXPECT_EQ(q8i.data[chunk21 + 64 * 8 * 2 + 32 * 1], scale_byte(21, 2 * 16));
+  // Row 6: row 2 of the group at row 4; vector 2 of chunk 0 holds columns 8-11 of each block.
+  EXPECT_EQ(q8i.data[size_t(4 * 1088 + 64 * (2 * 4 + 2))], code(6, 8));
+  // A row slice keeps whole groups, and reads the same rows.
+  const WeightMatrix tail = q8i.view.slice_rows(16, 6);
+  std::vector<float> a(1024), b(1024);
+  for (int64_t r : {17, 21}) {
+    q8i.view.row_to_float(r, a.data());
+    tail.row_to_float(r - 16, b.data());
+    EXPECT_EQ(a, b) << "row " << r;
+  }
+  EXPECT_THROW(q8i.view.slice_rows(2, 4), Error);
+  EXPECT_THROW(q8i.view.slice_rows(0, 6), Error);
 }
 
 TEST(InterleavedWeights, OnlyQuantizedWholeChunksAndNoColumnSlices) {
@@ -68,7 +124,7 @@ TEST(InterleavedWeights, OnlyQuantizedWholeChunksAndNoColumnSlices) {
   EXPECT_THROW(inter.view.slice_cols(0, 256), Error);
   EXPECT_EQ(cpu::preferred_layout(random_matrix(WeightFormat::BF16, 2, 512, false, rng).view), WeightLayout::Plain);
   EXPECT_EQ(cpu::preferred_layout(random_matrix(WeightFormat::Q8, 2, 256, false, rng).view), WeightLayout::Plain);
-  const WeightLayout q8_512 = cpu::preferred_layout(random_matrix(WeightFormat::Q8, 2, 512, false, rng).view);
+  const WeightLayout q8_512 = cpu::preferred_layout(packed_copy(random_matrix(WeightFormat::Q8, 2, 512, false, rng)).view);
   EXPECT_EQ(q8_512, cpu::active_kernels().interleaved ? WeightLayout::Interleaved : WeightLayout::Plain);
 }
 

@@ -139,7 +139,7 @@ TEST(Bench, JsonReportsEveryKeyAndTheRooflineRatio) {
 }
 
 // --weight-layout: auto loads Q8 plain for one sequence and interleaved (where this CPU's kernels
-// read it) for batches; an explicit choice wins; mapped weights cannot be rearranged.
+// read it) for batches and for Q4; an explicit choice wins; mapped weights cannot be rearranged.
 TEST(Bench, WeightLayoutFollowsTheExpectedBatch) {
   test::TempDir q8;
   quantize_checkpoint(test::synth_checkpoint("tiny"), q8.path(), WeightFormat::Q8, false);  // down_proj: 512 columns
@@ -157,6 +157,12 @@ TEST(Bench, WeightLayoutFollowsTheExpectedBatch) {
   auto r = test::run(tandem_cmd("bench --model " + q8.path() + " --weight-layout interleaved --weights mapped --json"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("--weight-layout interleaved needs --weights resident"));
+  // Q4 decodes faster from the row groups, so auto takes them for one sequence too.
+  test::TempDir q4;
+  quantize_checkpoint(test::synth_checkpoint("tiny"), q4.path(), WeightFormat::Q4, false);
+  auto r4 = test::run(tandem_cmd("bench --model " + q4.path() + " --prompt 16 --gen 2 --threads 2 --batch 1 --json"));
+  ASSERT_EQ(r4.exit_code, 0) << r4.err;
+  EXPECT_EQ(json::parse(r4.out)["weight_layout"].get<std::string>(), batched);
   r = test::run(tandem_cmd("generate --model " + q8.path() + " --ids 2,5 --weight-layout sideways"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("--weight-layout"));

@@ -33,36 +33,59 @@ namespace {
 constexpr int64_t kChunkBytesX = 640, kScalesAt = 512, kCorrectionsAt = 576;
 constexpr int64_t kChunkScaleBytes = 16 * 2;  // 16 f16 weight scales per chunk
 
-// Into L2, like the decode kernels of the plain layout (matmul_avx512_vnni.cpp), one line beside
-// each load as they do: issuing a chunk's 8-16 prefetches per row in one burst before its loads
-// read Q8 from DRAM 10% slower on one Zen 4 core (20-21 against 22-24 GB/s).
+// Batched tiles prefetch into L2, one line beside each load: issuing a chunk's 8-16 prefetches per
+// row in one burst before its loads read Q8 from DRAM 10% slower on one Zen 4 core (20-21 against
+// 22-24 GB/s). A decode tile reads its whole row group as one sequential stream and leaves it to
+// the hardware prefetchers: software prefetches a group ahead read 0.6-0.8 of a plain read there.
 void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T1); }
 
 template <WeightFormat F, int R, int T>
 struct InterleavedTile {
-  static constexpr int64_t kChunkBytesW = F == WeightFormat::Q8 ? 512 : 256;
-  // Rows of Q4 are half as long as Q8's: prefetch two tiles ahead to keep as many bytes in flight.
-  static constexpr int kPrefetchTiles = F == WeightFormat::Q8 ? 1 : 2;
+  static constexpr int kVectors = F == WeightFormat::Q8 ? 8 : 4;  // 64-byte weight vectors per chunk and row
 
   // One 512-column chunk: 8 vpdpbusd per accumulator, then each block's sum scaled into the sums.
+  // w0/s0: the tile's first row's vectors and scales of this chunk; the other rows follow at 64 and
+  // 32 bytes, the next vector of a row at vs bytes.
   template <bool First>
-  static void chunk(const uint8_t* const* wp, const uint8_t* const* sp, int64_t ahead, const uint8_t* xc,
+  static void chunk(const uint8_t* w0, const uint8_t* s0, int64_t vs, int64_t ahead, const uint8_t* xc,
                     int64_t x_stride, float* sums) {
     __m512i acc[R][T];
 #pragma GCC unroll 12
     for (int t = 0; t < T; ++t) {
       const __m512i corr = _mm512_load_si512(xc + t * x_stride + kCorrectionsAt);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[r][t] = corr;
     }
-    if constexpr (F == WeightFormat::Q8) {
+    if constexpr (T == 1) {
+      (void)ahead;
+      // One token: each weight vector meets one activation vector, so it is loaded where it is
+      // used and only the accumulators stay in registers.
+      const __m512i nibble = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 1
+      for (int k = 0; k < kVectors; ++k) {
+        const uint8_t* wk = w0 + k * vs;
+        if constexpr (F == WeightFormat::Q8) {
+          const __m512i xv = _mm512_load_si512(xc + 64 * k);
+#pragma GCC unroll 16
+          for (int r = 0; r < R; ++r) acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], _mm512_loadu_si512(wk + 64 * r), xv);
+        } else {
+          const __m512i xlo = _mm512_load_si512(xc + 64 * k), xhi = _mm512_load_si512(xc + 64 * (k + 4));
+#pragma GCC unroll 16
+          for (int r = 0; r < R; ++r) {
+            const __m512i v = _mm512_loadu_si512(wk + 64 * r);
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], _mm512_and_si512(v, nibble), xlo);
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble), xhi);
+          }
+        }
+      }
+    } else if constexpr (F == WeightFormat::Q8) {
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         __m512i wv[R];
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-          prefetch(wp[r] + ahead + 64 * k);
-          wv[r] = _mm512_loadu_si512(wp[r] + 64 * k);
+          prefetch(w0 + ahead + k * vs + 64 * r);
+          wv[r] = _mm512_loadu_si512(w0 + k * vs + 64 * r);
         }
 #pragma GCC unroll 12
         for (int t = 0; t < T; ++t) {
@@ -80,8 +103,8 @@ struct InterleavedTile {
         __m512i packed[R], codes[R];
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-          prefetch(wp[r] + ahead + 64 * k);
-          packed[r] = _mm512_loadu_si512(wp[r] + 64 * k);
+          prefetch(w0 + ahead + k * vs + 64 * r);
+          packed[r] = _mm512_loadu_si512(w0 + k * vs + 64 * r);
           codes[r] = _mm512_and_si512(packed[r], nibble);
         }
 #pragma GCC unroll 12
@@ -100,9 +123,9 @@ struct InterleavedTile {
         }
       }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)sp[r]));
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(s0 + 32 * r)));
 #pragma GCC unroll 12
       for (int t = 0; t < T; ++t) {
         const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + kScalesAt));
@@ -113,34 +136,36 @@ struct InterleavedTile {
 
   static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
                   float* y, int64_t y_stride, bool accumulate, bool prefetch_next) {
-    const int64_t ch0 = k0 / kInterleaveChunk, ch1 = k1 / kInterleaveChunk;
-    const uint8_t* wp[R];
-    const uint8_t* sp[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      wp[r] = w.data + (row + r) * w.row_stride + ch0 * kChunkBytesW;
-      sp[r] = w.scales + (row + r) * w.scale_stride + ch0 * kChunkScaleBytes;
+    const int64_t group_rows = interleaved_group_rows(w, row);
+    if constexpr (R > 1) {
+      if (row % kInterleaveRows + R > group_rows) {  // across two row groups: only for unaligned row ranges
+        for (int r = 0; r < R; ++r)
+          InterleavedTile<F, 1, T>::run(w, row + r, xb, x_stride, k0, k1, y, y_stride, accumulate, prefetch_next);
+        return;
+      }
     }
-    if (prefetch_next)
-      for (int r = 0; r < R; ++r)
-        for (int64_t b = 0; b < (ch1 - ch0) * kChunkScaleBytes; b += 64)
-          prefetch(sp[r] + kPrefetchTiles * R * w.scale_stride + b);
-    // The rows kPrefetchTiles tiles below, at the same columns: warmed while this tile reads. Without
-    // prefetch_next the line about to be loaded is named instead, which costs less than a branch.
-    const int64_t ahead = prefetch_next ? kPrefetchTiles * R * w.row_stride : 0;
+    const int64_t ch0 = k0 / kInterleaveChunk, ch1 = k1 / kInterleaveChunk;
+    const int64_t vs = 64 * group_rows, chunk_step = group_rows * interleaved_chunk_row_bytes(F);
+    const uint8_t* wc = interleaved_vector(w, row, ch0, 0);
+    const uint8_t* sc = interleaved_scales(w, row, ch0);
+    // The same rows of the next group, at the same columns: warmed while this tile reads (batches
+    // only). Without prefetch_next the line about to be loaded is named instead, which costs less
+    // than a branch.
+    const bool ahead_ok = prefetch_next && T > 1;
+    const int64_t group_bytes = kInterleaveRows * (w.row_stride + w.scale_stride);
+    const int64_t ahead = ahead_ok ? group_bytes : 0;
     // Float sums live in L1, not registers: the int32 accumulators need those (as in the panels).
     alignas(64) float sums[R * T * 16];
     for (int64_t ch = ch0; ch < ch1; ++ch) {
+      if (ahead_ok)
+        for (int64_t b = 0; b < 32 * R; b += 64) prefetch(sc + group_bytes + b);
       const uint8_t* xc = xb + ch * kChunkBytesX;
       if (ch == ch0)
-        chunk<true>(wp, sp, ahead, xc, x_stride, sums);
+        chunk<true>(wc, sc, vs, ahead, xc, x_stride, sums);
       else
-        chunk<false>(wp, sp, ahead, xc, x_stride, sums);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        wp[r] += kChunkBytesW;
-        sp[r] += kChunkScaleBytes;
-      }
+        chunk<false>(wc, sc, vs, ahead, xc, x_stride, sums);
+      wc += chunk_step;
+      sc += chunk_step;
     }
     float totals[R * T + 3];
     reduce_sums<R * T>(sums, totals);
@@ -172,12 +197,14 @@ TileSet make_tiles() {
 
 void avx512vnni_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
                                    int64_t xq_stride, int64_t n, float* y, int64_t y_stride) {
-  // One token: 8 rows keep 8 independent accumulator chains and 8 rows of cache lines in flight.
-  static const TileSet q8_decode = make_tiles<WeightFormat::Q8, 8, 1>();
-  static const TileSet q4_decode = make_tiles<WeightFormat::Q4, 8, 1>();
-  // 2-15 tokens (batched decode): 4 rows x 4 tokens. On Zen 4 (Batch8, 2 threads from DRAM, GOP/s)
-  // it beat 2 x 8, the best on Zen 5 before the sums were reduced four at a time: q4 490-530
-  // against 290-345, q8 380-390 against 300-345; 4 x 2, 5 x 4, 3 x 8 and 1 x 8 were slower on one core.
+  // One token: a tile is a whole row group, so it reads one sequential stream (see WeightLayout).
+  static const TileSet q8_decode = make_tiles<WeightFormat::Q8, kInterleaveRows, 1>();
+  static const TileSet q4_decode = make_tiles<WeightFormat::Q4, kInterleaveRows, 1>();
+  // 2-15 tokens (batched decode): 4 rows (a row group) x 4 tokens. On Zen 4 (Batch8, 2 threads from
+  // DRAM, GOP/s) it beat 2 x 8, the best on Zen 5 before the sums were reduced four at a time: q4
+  // 490-530 against 290-345, q8 380-390 against 300-345; 4 x 2, 5 x 4, 3 x 8 and 1 x 8 were slower on
+  // one core. With groups of 16 rows, 4-row tiles (each reading a quarter of every 1 KB) and
+  // 16-row tiles in 4-row sub-tiles were 7-30% slower in E4B batches of 8.
   static const TileSet q8 = make_tiles<WeightFormat::Q8, 4, 4>();
   static const TileSet q4 = make_tiles<WeightFormat::Q4, 4, 4>();
   const bool q4_format = w.format == WeightFormat::Q4;

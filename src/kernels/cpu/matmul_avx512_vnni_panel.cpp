@@ -93,6 +93,7 @@ void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* 
 void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int64_t nc, uint8_t* panel) {
   alignas(64) uint8_t codes[kChunk];
   const __m512i flip = _mm512_set1_epi8(char(0x80)), nibble = _mm512_set1_epi8(0x0f);
+  const bool interleaved = w.layout == WeightLayout::Interleaved;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data + r * w.row_stride;
     const uint8_t* srow = w.scales + r * w.scale_stride;
@@ -101,13 +102,14 @@ void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int6
       const int64_t ch = ch0 + c;
       const int64_t blocks = std::min<int64_t>(kChunkBlocks, (w.cols - ch * kChunk) / kQuantBlock);
       uint8_t* o = prow + c * kWeightChunkBytes;
-      if (w.layout == WeightLayout::Interleaved) {
+      if (interleaved) {
         // Already in panel order (whole chunks only): Q8 is a copy, Q4 a mask and a shift.
         if (w.format == WeightFormat::Q8) {
-          std::memcpy(o, row + ch * kChunk, kChunk);
+          for (int k = 0; k < 8; ++k)
+            _mm512_store_si512(o + 64 * k, _mm512_loadu_si512(interleaved_vector(w, r, ch, k)));
         } else {
           for (int k = 0; k < 4; ++k) {
-            const __m512i v = _mm512_loadu_si512(row + ch * kChunk / 2 + 64 * k);
+            const __m512i v = _mm512_loadu_si512(interleaved_vector(w, r, ch, k));
             _mm512_store_si512(o + 64 * k, _mm512_and_si512(v, nibble));
             _mm512_store_si512(o + 64 * (k + 4), _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble));
           }
@@ -138,10 +140,10 @@ void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int6
           }
         }
       }
-      if (w.layout != WeightLayout::Interleaved) transpose_chunk(codes, o);
+      if (!interleaved) transpose_chunk(codes, o);
       const __mmask16 live = __mmask16((1u << blocks) - 1);
-      _mm512_store_ps(reinterpret_cast<float*>(o + 512),
-                      _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, srow + ch * kChunkBlocks * 2)));
+      const uint8_t* chunk_scales = interleaved ? interleaved_scales(w, r, ch) : srow + ch * kChunkBlocks * 2;
+      _mm512_store_ps(reinterpret_cast<float*>(o + 512), _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, chunk_scales)));
     }
   }
 }
