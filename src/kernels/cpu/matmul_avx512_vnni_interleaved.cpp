@@ -31,12 +31,12 @@ namespace {
 
 // The activations' panel layout: 8 x 64 codes | 16 float scales | 16 int32 corrections per chunk.
 constexpr int64_t kChunkBytesX = 640, kScalesAt = 512, kCorrectionsAt = 576;
-constexpr int64_t kChunkScaleBytes = 16 * 2;  // 16 f16 weight scales per chunk
 
 // Batched tiles prefetch into L2, one line beside each load: issuing a chunk's 8-16 prefetches per
 // row in one burst before its loads read Q8 from DRAM 10% slower on one Zen 4 core (20-21 against
 // 22-24 GB/s). A decode tile reads its whole row group as one sequential stream and leaves it to
-// the hardware prefetchers: software prefetches a group ahead read 0.6-0.8 of a plain read there.
+// the hardware prefetchers, which follow it like a plain read; in a read test a software prefetch
+// 4 KB ahead of such a stream slowed it (docs/kernels.md, Row groups).
 void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T1); }
 
 template <WeightFormat F, int R, int T>
@@ -53,7 +53,7 @@ struct InterleavedTile {
 #pragma GCC unroll 12
     for (int t = 0; t < T; ++t) {
       const __m512i corr = _mm512_load_si512(xc + t * x_stride + kCorrectionsAt);
-#pragma GCC unroll 16
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r][t] = corr;
     }
     if constexpr (T == 1) {
@@ -66,11 +66,11 @@ struct InterleavedTile {
         const uint8_t* wk = w0 + k * vs;
         if constexpr (F == WeightFormat::Q8) {
           const __m512i xv = _mm512_load_si512(xc + 64 * k);
-#pragma GCC unroll 16
+#pragma GCC unroll 8
           for (int r = 0; r < R; ++r) acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], _mm512_loadu_si512(wk + 64 * r), xv);
         } else {
           const __m512i xlo = _mm512_load_si512(xc + 64 * k), xhi = _mm512_load_si512(xc + 64 * (k + 4));
-#pragma GCC unroll 16
+#pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
             const __m512i v = _mm512_loadu_si512(wk + 64 * r);
             acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], _mm512_and_si512(v, nibble), xlo);
@@ -123,7 +123,7 @@ struct InterleavedTile {
         }
       }
     }
-#pragma GCC unroll 16
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(s0 + 32 * r)));
 #pragma GCC unroll 12
