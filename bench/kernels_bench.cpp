@@ -85,7 +85,7 @@ struct BenchMatrix {
     }
     if (layout == WeightLayout::Interleaved) {
       const std::vector<uint8_t> plain(data.get(), data.get() + bytes + scale_bytes);
-      interleave_row_groups(w, plain.data(), data.get(), 0, interleaved_group_count(w));
+      interleave_row_groups(w, plain.data(), plain.data() + bytes, data.get(), 0, interleaved_group_count(w));
       w.layout = layout;
     }
   }

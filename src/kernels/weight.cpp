@@ -41,19 +41,20 @@ bool can_interleave(const WeightMatrix& w) {
          w.scale_stride == scale_row_bytes(w.format, w.cols) && w.scales == w.data + w.rows * w.row_stride;
 }
 
-void interleave_row_groups(const WeightMatrix& w, const uint8_t* plain, uint8_t* out, int64_t g0, int64_t g1) {
+void interleave_row_groups(const WeightMatrix& w, const uint8_t* codes, const uint8_t* scales, uint8_t* out,
+                           int64_t g0, int64_t g1) {
   if (!can_interleave(w))
     fail("interleave_row_groups: needs a plain Q8/Q4 matrix with packed rows, its scales after them and "
          "columns a multiple of {}", kInterleaveChunk);
   const int64_t bytes = w.row_stride, scale_bytes = w.scale_stride, chunks = w.cols / kInterleaveChunk;
   const int64_t vectors = w.format == WeightFormat::Q8 ? 8 : 4;
-  const uint8_t* plain_scales = plain + w.rows * bytes;
   WeightMatrix dst = w;  // addresses of the result
   dst.data = out;
   dst.scales = out + w.rows * bytes;
   std::vector<uint8_t> row(static_cast<size_t>(bytes));
-  for (int64_t r = g0 * kInterleaveRows; r < std::min(w.rows, g1 * kInterleaveRows); ++r) {
-    const uint8_t* src = plain + r * bytes;
+  const int64_t first = g0 * kInterleaveRows;
+  for (int64_t r = first; r < std::min(w.rows, g1 * kInterleaveRows); ++r) {
+    const uint8_t* src = codes + (r - first) * bytes;
     if (w.format == WeightFormat::Q4) std::fill(row.begin(), row.end(), uint8_t(0));
     // The loops walk interleaved_place() in order, without its divisions (this runs over every weight at load).
     for (int64_t chunk = 0; chunk < chunks; ++chunk)
@@ -72,7 +73,7 @@ void interleave_row_groups(const WeightMatrix& w, const uint8_t* plain, uint8_t*
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       for (int64_t k = 0; k < vectors; ++k)
         std::memcpy(const_cast<uint8_t*>(interleaved_vector(dst, r, chunk, k)), row.data() + 64 * (chunk * vectors + k), 64);
-      std::memcpy(const_cast<uint8_t*>(interleaved_scales(dst, r, chunk)), plain_scales + r * scale_bytes + 32 * chunk, 32);
+      std::memcpy(const_cast<uint8_t*>(interleaved_scales(dst, r, chunk)), scales + (r - first) * scale_bytes + 32 * chunk, 32);
     }
   }
 }

@@ -69,10 +69,12 @@ inline int64_t scale_row_bytes(WeightFormat format, int64_t cols) {
 // rearranged into the Interleaved layout.
 bool can_interleave(const WeightMatrix& w);
 // Writes row groups [g0, g1) of w in the Interleaved layout into `out` (rows * (row_stride +
-// scale_stride) bytes, the region w.data starts), reading the codes and scales from `plain`, a copy
-// of that region taken before; the caller then points w.data at out (scales at out + rows *
-// row_stride) and sets w.layout = Interleaved. Groups are independent, so threads may split them.
-void interleave_row_groups(const WeightMatrix& w, const uint8_t* plain, uint8_t* out, int64_t g0, int64_t g1);
+// scale_stride) bytes, the region w.data starts), reading the plain codes and scales of those rows
+// (from row 16 g0 on: a copy, since the groups' new places overlap other rows' old ones) from
+// `codes` and `scales`. The caller then points w.data at out (scales at out + rows * row_stride)
+// and sets w.layout = Interleaved. Groups are independent, so threads may split them.
+void interleave_row_groups(const WeightMatrix& w, const uint8_t* codes, const uint8_t* scales, uint8_t* out,
+                           int64_t g0, int64_t g1);
 inline int64_t interleaved_group_count(const WeightMatrix& w) {
   return (w.rows + kInterleaveRows - 1) / kInterleaveRows;
 }

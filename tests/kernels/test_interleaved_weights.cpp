@@ -34,7 +34,8 @@ OwnedMatrix packed_copy(const OwnedMatrix& plain) {
 OwnedMatrix interleaved_copy(const OwnedMatrix& plain) {
   const OwnedMatrix packed = packed_copy(plain);
   OwnedMatrix m = packed;
-  interleave_row_groups(packed.view, packed.data.data(), m.data.data(), 0, interleaved_group_count(packed.view));
+  interleave_row_groups(packed.view, packed.view.data, packed.view.scales, m.data.data(), 0,
+                        interleaved_group_count(packed.view));
   m.view.data = m.data.data();
   m.view.scales = m.data.data() + m.view.rows * m.view.row_stride;
   m.view.layout = WeightLayout::Interleaved;
