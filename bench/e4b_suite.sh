@@ -30,8 +30,9 @@ for f in bf16 q8 q4; do
   dir=$models/e4b; [[ $f != bf16 ]] && dir=$models/e4b-$f
   extra=(--model "$dir"); run "$f" "$tandem"
 done
-# Q8/Q4 kept in the checkpoint's plain layout instead of the interleaved one (docs/kernels.md).
+# Kept in the checkpoint's plain layout instead of the row groups (docs/kernels.md).
 for q in q8 q4; do extra=(--model "$models/e4b-$q" --weight-layout plain); run "$q-plain" "$tandem"; done
+extra=(--model "$models/e4b" --weight-layout plain); run bf16-plain "$tandem"
 extra=(--model "$models/e4b" --weights mapped); run bf16-mapped "$tandem"
 extra=(--model "$models/e4b" --threads 1); run bf16-tp1-1thread "$tandem"
 extra=(--model "$models/e4b" --threads 1); run bf16-tp2 "${mpirun[@]}" -np 2 "$tandem"

@@ -4,7 +4,8 @@
 //   Batch8/<format>/<rows>x<cols>   n = 8 (batched decode of 8 sequences): GFLOP/s and GB/s
 //   Prefill/<format>/<rows>x<cols>  n = 512 tokens (TANDEM_BENCH_TOKENS=N for another count): GFLOP/s
 //                                   (2 flops per weight and token)
-// <format> q8i / q4i: Q8 / Q4 in the interleaved layout (AVX-512 VNNI only), as resident weights load.
+// <format> q8i / q4i / bf16i / f16i: the interleaved row groups (Q8/Q4 with AVX-512 VNNI, BF16/F16
+//                                   with AVX-512), as resident weights may load.
 // TANDEM_BENCH_HOT=ROWS: one small matrix of ROWS rows, read from cache: the kernels' compute rate.
 // Run: build-*/bench/kernels_bench [--benchmark_filter=Matvec] ; TANDEM_ISA=avx2 to compare paths,
 // TANDEM_BENCH_THREADS=1 for one core.
@@ -85,7 +86,8 @@ struct BenchMatrix {
     }
     if (layout == WeightLayout::Interleaved) {
       const std::vector<uint8_t> plain(data.get(), data.get() + bytes + scale_bytes);
-      interleave_row_groups(w, plain.data(), plain.data() + bytes, data.get(), 0, interleaved_group_count(w));
+      interleave_row_groups(w, plain.data(), w.scales ? plain.data() + bytes : nullptr, data.get(), 0,
+                            interleaved_group_count(w));
       w.layout = layout;
     }
   }
@@ -174,12 +176,13 @@ void register_shape(WeightFormat f, WeightLayout layout, const Shape& s) {
 
 int main(int argc, char** argv) {
   for (WeightFormat f : kFormats) {
-    const bool quantized = f == WeightFormat::Q8 || f == WeightFormat::Q4;
     for (const Shape& s : kShapes) {
       if (f == WeightFormat::F32 && s.rows > 100000) continue;  // 2.7 GB: not a format anyone decodes in
       register_shape(f, WeightLayout::Plain, s);
-      // Interleaved: the layout resident Q8/Q4 weights get when the AVX-512 VNNI kernels run.
-      if (quantized && cpu::active_kernels().interleaved) register_shape(f, WeightLayout::Interleaved, s);
+      // Interleaved: the row groups resident weights may get (Q8/Q4 for the AVX-512 VNNI kernels,
+      // BF16/F16 for the AVX-512 ones).
+      if (f != WeightFormat::F32 && cpu::active_kernels().reads_interleaved(f))
+        register_shape(f, WeightLayout::Interleaved, s);
     }
   }
   benchmark::Initialize(&argc, argv);

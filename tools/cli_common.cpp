@@ -106,20 +106,20 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
 
 void add_weight_layout_option(CLI::App& cmd, std::string& option) {
   cmd.add_option("--weight-layout", option,
-                 "Q8/Q4 weights in memory: plain (the checkpoint's order), interleaved (row groups for the "
-                 "AVX-512 VNNI kernels: fastest for batches and for Q4), or auto: interleaved except for Q8 "
-                 "when only one sequence decodes at once")
+                 "Resident weights in memory: plain (the checkpoint's order), interleaved (row groups for the "
+                 "AVX-512 kernels, Q8/Q4 with VNNI: fastest for batches, Q4 and BF16), or auto: interleaved "
+                 "except for Q8 when only one sequence decodes at once")
       ->check(CLI::IsMember({"auto", "plain", "interleaved"}))
       ->capture_default_str();
 }
 
 namespace {
 
-// One sequence: Q4 decodes fastest from the interleaved row groups (a decode tile streams one
-// sequential range, with a quarter of the float work of the plain kernels); Q8 read about as fast
-// from either layout in E4B decode and stays plain (docs/kernels.md).
+// One sequence: Q4 and BF16 decode fastest from the row groups (a decode tile streams one
+// sequential range; Q4's also with a quarter of the float work of the plain kernels); Q8 read
+// about as fast from either layout in E4B decode and stays plain (docs/kernels.md).
 WeightLayout single_sequence_layout(const WeightMatrix& w) {
-  return w.format == WeightFormat::Q4 ? cpu::preferred_layout(w) : w.layout;
+  return w.format == WeightFormat::Q8 ? w.layout : cpu::preferred_layout(w);
 }
 
 }  // namespace

@@ -36,23 +36,32 @@ int interleaved_code(const WeightMatrix& w, int64_t r, int64_t c) {
 }  // namespace
 
 bool can_interleave(const WeightMatrix& w) {
-  return (w.format == WeightFormat::Q8 || w.format == WeightFormat::Q4) && w.layout == WeightLayout::Plain &&
-         w.cols > 0 && w.cols % kInterleaveChunk == 0 && w.row_stride == row_bytes(w.format, w.cols) &&
+  if (w.layout != WeightLayout::Plain || w.cols <= 0 || w.row_stride != row_bytes(w.format, w.cols)) return false;
+  if (w.format == WeightFormat::BF16 || w.format == WeightFormat::F16)
+    return w.cols % interleaved_chunk_cols(w.format) == 0 && w.scales == nullptr;
+  return is_quantized(w.format) && w.cols % kInterleaveChunk == 0 &&
          w.scale_stride == scale_row_bytes(w.format, w.cols) && w.scales == w.data + w.rows * w.row_stride;
 }
 
 void interleave_row_groups(const WeightMatrix& w, const uint8_t* codes, const uint8_t* scales, uint8_t* out,
                            int64_t g0, int64_t g1) {
   if (!can_interleave(w))
-    fail("interleave_row_groups: needs a plain Q8/Q4 matrix with packed rows, its scales after them and "
-         "columns a multiple of {}", kInterleaveChunk);
-  const int64_t bytes = w.row_stride, scale_bytes = w.scale_stride, chunks = w.cols / kInterleaveChunk;
-  const int64_t vectors = w.format == WeightFormat::Q8 ? 8 : 4;
+    fail("interleave_row_groups: needs a plain matrix with packed rows: Q8/Q4 with its scales after them and "
+         "columns a multiple of {}, or BF16/F16 with columns a multiple of 32", kInterleaveChunk);
+  const int64_t bytes = w.row_stride, scale_bytes = w.scale_stride;
   WeightMatrix dst = w;  // addresses of the result
   dst.data = out;
+  const int64_t first = g0 * kInterleaveRows;
+  if (!is_quantized(w.format)) {  // 64-byte vectors moved as they are
+    for (int64_t r = first; r < std::min(w.rows, g1 * kInterleaveRows); ++r)
+      for (int64_t v = 0; v < bytes / 64; ++v)
+        std::memcpy(const_cast<uint8_t*>(interleaved_vector(dst, r, v, 0)), codes + (r - first) * bytes + 64 * v, 64);
+    return;
+  }
+  const int64_t chunks = w.cols / kInterleaveChunk;
+  const int64_t vectors = w.format == WeightFormat::Q8 ? 8 : 4;
   dst.scales = out + w.rows * bytes;
   std::vector<uint8_t> row(static_cast<size_t>(bytes));
-  const int64_t first = g0 * kInterleaveRows;
   for (int64_t r = first; r < std::min(w.rows, g1 * kInterleaveRows); ++r) {
     const uint8_t* src = codes + (r - first) * bytes;
     if (w.format == WeightFormat::Q4) std::fill(row.begin(), row.end(), uint8_t(0));
@@ -120,7 +129,7 @@ WeightMatrix WeightMatrix::slice_rows(int64_t first, int64_t count) const {
   s.rows = count;
   if (layout == WeightLayout::Interleaved) {  // codes and scales of whole groups, one region
     s.data = data + first * (row_stride + scale_stride);
-    s.scales = s.data + count * row_stride;
+    if (scales) s.scales = s.data + count * row_stride;
     return s;
   }
   s.data = data + first * row_stride;
@@ -143,6 +152,14 @@ WeightMatrix WeightMatrix::slice_cols(int64_t first, int64_t count) const {
 
 void WeightMatrix::row_to_float(int64_t r, float* out) const {
   const uint8_t* row = data + r * row_stride;
+  if (layout == WeightLayout::Interleaved && !is_quantized(format)) {
+    for (int64_t c = 0; c < cols; ++c) {
+      uint16_t bits;
+      std::memcpy(&bits, interleaved_float_at(*this, r, c), 2);
+      out[c] = format == WeightFormat::BF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
+    }
+    return;
+  }
   switch (format) {
     case WeightFormat::F32:
       std::memcpy(out, row, size_t(cols) * 4);

@@ -32,6 +32,10 @@ constexpr int kQuantBlock = 32;
 // and 4 x 4 batch tiles) then reads one sequential stream, which the hardware prefetchers follow as
 // they do a plain read; 4-8 rows read side by side were as many short streams (and their scales
 // more), which needed software prefetch and still fell short of it.
+//
+// Interleaved BF16/F16 (cols a multiple of 32, packed rows, no scales) is the same row groups
+// with one 64-byte vector (32 values in column order) per chunk: vector v of row i of a group at
+// byte 64 (v g + i) of the group. Float kernels read a group as one stream too.
 enum class WeightLayout : uint8_t { Plain, Interleaved };
 constexpr int64_t kInterleaveChunk = 512;
 constexpr int64_t kInterleaveRows = 4;
@@ -65,13 +69,14 @@ inline int64_t scale_row_bytes(WeightFormat format, int64_t cols) {
   return is_quantized(format) ? cols / kQuantBlock * 2 : 0;
 }
 
-// Whether w (Q8/Q4, Plain, rows packed at row_bytes, scales right after the codes) can be
-// rearranged into the Interleaved layout.
+// Whether w (Plain, rows packed at row_bytes; Q8/Q4 with their scales right after the codes and
+// columns a multiple of 512, or BF16/F16 with columns a multiple of 32) can be rearranged into the
+// Interleaved layout.
 bool can_interleave(const WeightMatrix& w);
 // Writes row groups [g0, g1) of w in the Interleaved layout into `out` (rows * (row_stride +
 // scale_stride) bytes, the region w.data starts), reading the plain codes and scales of those rows
-// (from row 16 g0 on: a copy, since the groups' new places overlap other rows' old ones) from
-// `codes` and `scales`. The caller then points w.data at out (scales at out + rows * row_stride)
+// (from row kInterleaveRows * g0 on: a copy, since the groups' new places overlap other rows' old
+// ones) from `codes` and `scales` (nullptr for BF16/F16). The caller then points w.data at out (scales at out + rows * row_stride)
 // and sets w.layout = Interleaved. Groups are independent, so threads may split them.
 void interleave_row_groups(const WeightMatrix& w, const uint8_t* codes, const uint8_t* scales, uint8_t* out,
                            int64_t g0, int64_t g1);
@@ -84,9 +89,13 @@ inline int64_t interleaved_group_rows(const WeightMatrix& w, int64_t r) {
   const int64_t first = r / kInterleaveRows * kInterleaveRows;
   return w.rows - first < kInterleaveRows ? w.rows - first : kInterleaveRows;
 }
-// Bytes of one row's codes and scales over one 512-column chunk.
+// Columns of one chunk: 512 for Q8/Q4, one 64-byte vector (32 values) for BF16/F16.
+inline int64_t interleaved_chunk_cols(WeightFormat format) {
+  return is_quantized(format) ? kInterleaveChunk : 32;
+}
+// Bytes of one row's codes and scales over one chunk.
 inline int64_t interleaved_chunk_row_bytes(WeightFormat format) {
-  return (format == WeightFormat::Q8 ? 512 : 256) + 32;
+  return format == WeightFormat::Q8 ? 512 + 32 : format == WeightFormat::Q4 ? 256 + 32 : 64;
 }
 // Where chunk ch of row r's group starts; the group's next chunk follows at
 // + interleaved_group_rows(w, r) * interleaved_chunk_row_bytes(w.format).
@@ -95,12 +104,16 @@ inline const uint8_t* interleaved_group_chunk(const WeightMatrix& w, int64_t r, 
   return w.data + first * (w.row_stride + w.scale_stride) +
          ch * interleaved_group_rows(w, r) * interleaved_chunk_row_bytes(w.format);
 }
-// 64-byte vector k (0..7 for Q8, 0..3 for Q4) of row r's chunk ch; vector k + 1 follows at
-// + 64 * interleaved_group_rows(w, r).
+// 64-byte vector k (0..7 for Q8, 0..3 for Q4, 0 for BF16/F16) of row r's chunk ch; vector k + 1
+// (or the next chunk's vector, for BF16/F16) follows at + 64 * interleaved_group_rows(w, r).
 inline const uint8_t* interleaved_vector(const WeightMatrix& w, int64_t r, int64_t ch, int64_t k) {
   return interleaved_group_chunk(w, r, ch) + 64 * (k * interleaved_group_rows(w, r) + r % kInterleaveRows);
 }
-// The 16 f16 scales of row r's chunk ch.
+// Where the BF16/F16 value at (r, c) sits; the values up to the end of its 32-column vector follow.
+inline const uint8_t* interleaved_float_at(const WeightMatrix& w, int64_t r, int64_t c) {
+  return interleaved_vector(w, r, c / 32, 0) + 2 * (c % 32);
+}
+// The 16 f16 scales of row r's chunk ch (Q8/Q4).
 inline const uint8_t* interleaved_scales(const WeightMatrix& w, int64_t r, int64_t ch) {
   const int64_t vectors = w.format == WeightFormat::Q8 ? 8 : 4;
   return interleaved_group_chunk(w, r, ch) + interleaved_group_rows(w, r) * 64 * vectors + 32 * (r % kInterleaveRows);

@@ -61,9 +61,9 @@ void run_job(const CopyJob& job) {
     pread_all(*job.file, job.dest + r * job.row_bytes, job.row_bytes, job.offset + r * job.stride);
 }
 
-// Rearranges m (Plain, codes then scales in `region`, where m.data points) into the Interleaved layout.
-// A group's new place overlaps the old rows of the groups after it and, near the end, the scales,
-// so the scales are copied aside first and the groups are done from the last to the first, a
+// Rearranges m (Plain, codes then any scales in `region`, where m.data points) into the Interleaved
+// layout. A quantized group's new place overlaps the old rows of the groups after it and, near the
+// end, the scales, so the scales are copied aside first and the groups are done from the last to the first, a
 // batch at a time through a small copy: peak memory grows by the scales and one batch, not by a
 // copy of the matrix (the LM head's is 0.7 GB in q8).
 void interleave_in_place(const WeightMatrix& m, uint8_t* region, ThreadPool& pool) {
@@ -72,7 +72,7 @@ void interleave_in_place(const WeightMatrix& m, uint8_t* region, ThreadPool& poo
   const size_t scales_per_group = size_t(kInterleaveRows * m.scale_stride);
   const int64_t groups = interleaved_group_count(m);
   const int64_t batch = std::max<int64_t>(1, int64_t(kBatchBytes / codes_per_group));
-  const std::vector<uint8_t> scales(m.scales, m.scales + m.rows * m.scale_stride);
+  const std::vector<uint8_t> scales(m.scales, m.scales ? m.scales + m.rows * m.scale_stride : nullptr);
   std::vector<uint8_t> codes;
   for (int64_t g1 = groups; g1 > 0;) {
     const int64_t g0 = std::max<int64_t>(0, g1 - batch);
@@ -80,7 +80,8 @@ void interleave_in_place(const WeightMatrix& m, uint8_t* region, ThreadPool& poo
     codes.assign(m.data + r0 * m.row_stride, m.data + r1 * m.row_stride);
     pool.parallel_for(g1 - g0, [&](int64_t a, int64_t b) {
       interleave_row_groups(m, codes.data() + size_t(a) * codes_per_group,
-                            scales.data() + size_t(g0 + a) * scales_per_group, region, g0 + a, g0 + b);
+                            m.scales ? scales.data() + size_t(g0 + a) * scales_per_group : nullptr, region, g0 + a,
+                            g0 + b);
     });
     g1 = g0;
   }

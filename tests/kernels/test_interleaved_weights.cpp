@@ -1,7 +1,7 @@
-// WeightLayout::Interleaved: the rearrangement keeps every value (row_to_float reads it back
-// through an independent index computation), codes land where kernels/weight.h says, and every
-// ISA table multiplies interleaved weights as accurately as plain ones (tables without an
-// interleaved kernel fall back to the scalar one).
+// WeightLayout::Interleaved (Q8/Q4 and BF16/F16): the rearrangement keeps every value
+// (row_to_float reads it back through an independent index computation), codes land where
+// kernels/weight.h says, and every ISA table multiplies interleaved weights as accurately as plain
+// ones (tables without an interleaved kernel fall back to the scalar one).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -22,12 +22,12 @@ OwnedMatrix packed_copy(const OwnedMatrix& plain) {
   const WeightMatrix& v = plain.view;
   OwnedMatrix m;
   m.view = v;
-  const size_t codes = size_t(v.rows * v.row_stride), scales = size_t(v.rows * v.scale_stride);
+  const size_t codes = size_t(v.rows * v.row_stride), scales = v.scales ? size_t(v.rows * v.scale_stride) : 0;
   m.data.assign(codes + scales, 0);
   std::memcpy(m.data.data(), v.data, codes);
-  std::memcpy(m.data.data() + codes, v.scales, scales);
+  if (v.scales) std::memcpy(m.data.data() + codes, v.scales, scales);
   m.view.data = m.data.data();
-  m.view.scales = m.data.data() + codes;
+  m.view.scales = v.scales ? m.data.data() + codes : nullptr;
   return m;
 }
 
@@ -37,7 +37,7 @@ OwnedMatrix interleaved_copy(const OwnedMatrix& plain) {
   interleave_row_groups(packed.view, packed.view.data, packed.view.scales, m.data.data(), 0,
                         interleaved_group_count(packed.view));
   m.view.data = m.data.data();
-  m.view.scales = m.data.data() + m.view.rows * m.view.row_stride;
+  if (m.view.scales) m.view.scales = m.data.data() + m.view.rows * m.view.row_stride;
   m.view.layout = WeightLayout::Interleaved;
   return m;
 }
@@ -58,6 +58,44 @@ TEST(InterleavedWeights, RowsReadBackUnchanged) {
       }
       EXPECT_NE(plain.data, inter.data) << "the bytes should have moved";
     }
+  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::F16})
+    for (int64_t cols : {32, 96, 512}) {
+      const OwnedMatrix plain = random_matrix(f, 7, cols, false, rng);
+      ASSERT_TRUE(can_interleave(plain.view));
+      const OwnedMatrix inter = interleaved_copy(plain);
+      std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < 7; ++r) {
+        plain.view.row_to_float(r, a.data());
+        inter.view.row_to_float(r, b.data());
+        ASSERT_EQ(a, b) << weight_format_name(f) << " cols " << cols << " row " << r;
+      }
+      if (cols > 32) {
+        EXPECT_NE(plain.data, inter.data) << "the bytes should have moved";
+      }
+    }
+}
+
+TEST(InterleavedWeights, FloatRowGroupsAlternateVectors) {
+  ASSERT_EQ(kInterleaveRows, 4) << "the offsets below are worked out for groups of 4 rows";
+  std::mt19937 rng(10);
+  // 6 rows of 96 bf16 (192 bytes, three 64-byte vectors each): a group of 4 rows, then one of 2.
+  const OwnedMatrix plain = random_matrix(WeightFormat::BF16, 6, 96, false, rng);
+  const OwnedMatrix inter = interleaved_copy(plain);
+  auto value = [](const std::vector<uint8_t>& bytes, size_t at) { return uint16_t(bytes[at] | bytes[at + 1] << 8); };
+  // Row 2, column 33: vector 1 of row 2 of the first group -> 64 * (1 * 4 + 2) + 2 * 1.
+  EXPECT_EQ(value(inter.data, 64 * 6 + 2), value(plain.data, 2 * 192 + 2 * 33));
+  // Row 5, column 70: vector 2 of row 1 of the group at row 4 (2 rows, 768 bytes in) -> 768 +
+  // 64 * (2 * 2 + 1) + 2 * 6.
+  EXPECT_EQ(value(inter.data, 768 + 64 * 5 + 12), value(plain.data, 5 * 192 + 2 * 70));
+  // Row 0's second vector follows the group's first vectors of rows 0-3.
+  EXPECT_EQ(value(inter.data, 256), value(plain.data, 64));
+  const WeightMatrix tail = inter.view.slice_rows(4, 2);
+  EXPECT_EQ(tail.scales, nullptr);
+  std::vector<float> a(96), b(96);
+  inter.view.row_to_float(5, a.data());
+  tail.row_to_float(1, b.data());
+  EXPECT_EQ(a, b);
+  EXPECT_THROW(inter.view.slice_rows(2, 4), Error);
 }
 
 TEST(InterleavedWeights, CodesSitWhereTheLayoutSays) {
@@ -115,18 +153,24 @@ TEST(InterleavedWeights, RowGroupsAlternateVectorsAndScales) {
   EXPECT_THROW(q8i.view.slice_rows(0, 6), Error);
 }
 
-TEST(InterleavedWeights, OnlyQuantizedWholeChunksAndNoColumnSlices) {
+TEST(InterleavedWeights, OnlyWholeChunksOfPackedRowsAndNoColumnSlices) {
   std::mt19937 rng(7);
-  EXPECT_FALSE(can_interleave(random_matrix(WeightFormat::BF16, 2, 512, false, rng).view));
+  EXPECT_TRUE(can_interleave(random_matrix(WeightFormat::BF16, 2, 512, false, rng).view));
+  EXPECT_FALSE(can_interleave(random_matrix(WeightFormat::BF16, 2, 48, false, rng).view));
+  EXPECT_FALSE(can_interleave(random_matrix(WeightFormat::BF16, 2, 512, true, rng).view)) << "a column slice";
+  EXPECT_FALSE(can_interleave(random_matrix(WeightFormat::F32, 2, 512, false, rng).view));
   EXPECT_FALSE(can_interleave(random_matrix(WeightFormat::Q8, 2, 256, false, rng).view));
   EXPECT_FALSE(can_interleave(random_matrix(WeightFormat::Q4, 2, 544, false, rng).view));
   const OwnedMatrix inter = interleaved_copy(random_matrix(WeightFormat::Q4, 2, 512, false, rng));
   EXPECT_FALSE(can_interleave(inter.view));
   EXPECT_THROW(inter.view.slice_cols(0, 256), Error);
-  EXPECT_EQ(cpu::preferred_layout(random_matrix(WeightFormat::BF16, 2, 512, false, rng).view), WeightLayout::Plain);
+  const cpu::KernelTable& k = cpu::active_kernels();
+  EXPECT_EQ(cpu::preferred_layout(random_matrix(WeightFormat::BF16, 2, 512, false, rng).view),
+            k.interleaved_float ? WeightLayout::Interleaved : WeightLayout::Plain);
+  EXPECT_EQ(cpu::preferred_layout(random_matrix(WeightFormat::BF16, 2, 48, false, rng).view), WeightLayout::Plain);
   EXPECT_EQ(cpu::preferred_layout(random_matrix(WeightFormat::Q8, 2, 256, false, rng).view), WeightLayout::Plain);
   const WeightLayout q8_512 = cpu::preferred_layout(packed_copy(random_matrix(WeightFormat::Q8, 2, 512, false, rng)).view);
-  EXPECT_EQ(q8_512, cpu::active_kernels().interleaved ? WeightLayout::Interleaved : WeightLayout::Plain);
+  EXPECT_EQ(q8_512, k.interleaved_quantized ? WeightLayout::Interleaved : WeightLayout::Plain);
 }
 
 // y from cpu::matmul (threaded) and from matmul_rows on a row range, against the double reference.
@@ -172,16 +216,34 @@ TEST_P(InterleavedMatmul, MatchesTheReferenceForEveryTokenCount) {
         }
 }
 
-// Enough columns and tokens for the prefill loop nest to split columns into several chunks.
+// BF16/F16: decode tiles (1-2 tokens), batch tiles (3-47) and the prefill panels (48+).
+TEST_P(InterleavedMatmul, FloatMatchesTheReferenceForEveryTokenCount) {
+  if (int(GetParam()) > int(best_supported_isa())) GTEST_SKIP() << "not supported by this CPU";
+  const cpu::KernelTable& k = cpu::kernels_for(GetParam());
+  ThreadPool pool(2);
+  std::mt19937 rng(11);
+  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::F16})
+    for (int64_t rows : {1, 5, 19, 70})
+      for (int64_t cols : {32, 96, 512})
+        for (int64_t n : {1, 2, 3, 5, 8, 15, 16, 47, 48, 53}) {
+          const OwnedMatrix m = interleaved_copy(random_matrix(f, rows, cols, false, rng));
+          check(k, pool, m.view, n, rng,
+                std::string(isa_name(GetParam())) + " " + std::string(weight_format_name(f)) + " " +
+                    std::to_string(rows) + "x" + std::to_string(cols) + " n=" + std::to_string(n));
+        }
+}
+
+// Enough columns and tokens for the prefill loop nests to split columns into several chunks.
 TEST_P(InterleavedMatmul, PrefillBlocking) {
   if (int(GetParam()) > int(best_supported_isa())) GTEST_SKIP() << "not supported by this CPU";
   const cpu::KernelTable& k = cpu::kernels_for(GetParam());
   ThreadPool pool(2);
   std::mt19937 rng(9);
-  for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4}) {
-    const OwnedMatrix m = interleaved_copy(random_matrix(f, 37, 5120, false, rng));
-    check(k, pool, m.view, 70, rng, std::string(weight_format_name(f)) + " prefill");
-  }
+  for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::BF16})
+    for (int64_t n : {30, 70}) {
+      const OwnedMatrix m = interleaved_copy(random_matrix(f, 37, 5120, false, rng));
+      check(k, pool, m.view, n, rng, std::string(weight_format_name(f)) + " prefill n=" + std::to_string(n));
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, InterleavedMatmul, ::testing::ValuesIn(all_isas()),

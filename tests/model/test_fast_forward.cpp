@@ -78,6 +78,32 @@ TEST_P(FastForward, MatchesReferenceOnEveryIsa) {
   }
 }
 
+// Resident weights in the row groups the active kernels read (BF16 with AVX-512): decode tiles,
+// batch tiles and panels over them keep the reference's logits and greedy ids.
+TEST_P(FastForward, ResidentRowGroupsMatchReference) {
+  ThreadPool pool(2);
+  auto ckpt = Gemma4Checkpoint::open(checkpoint_dir(), ShardPlan{}, WeightResidency::Resident, pool, false,
+                                     cpu::preferred_layout);
+  const bool row_groups = cpu::active_kernels().interleaved_float;
+  EXPECT_EQ(ckpt->weights.layers[0].gate_proj.layout, row_groups ? WeightLayout::Interleaved : WeightLayout::Plain);
+  EXPECT_EQ(ckpt->weights.lm_head.layout, row_groups ? WeightLayout::Interleaved : WeightLayout::Plain);
+  const auto ids = pseudo_random_ids(60, ckpt->config.vocab_size, 12);
+  ReferenceModel reference(ckpt->config, ckpt->weights);  // reads any layout through row_to_float
+  const auto expected = reference.forward(ids, true);
+  cpu::CpuOps ops(pool);
+  LocalCommunicator comm;
+  for (int chunk : {4, 24, 60}) {
+    FastSequenceModel fast(*ckpt, ops, comm, 200, chunk);
+    const auto got = fast.forward(ids, true);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t p = 0; p < got.size(); ++p)
+      ASSERT_LE(max_abs_diff(expected[p], got[p].data()), 1e-4f) << "chunk " << chunk << " position " << p;
+    if (chunk == 4) {
+      EXPECT_EQ(greedy(fast, ids, 30), greedy(reference, ids, 30));
+    }
+  }
+}
+
 TEST_P(FastForward, ChunkingDoesNotChangeLogits) {
   auto ckpt = Gemma4Checkpoint::open(checkpoint_dir());
   const auto ids = pseudo_random_ids(45, ckpt->config.vocab_size, 4);
@@ -257,7 +283,7 @@ TEST(ResidentWeights, InterleavedQuantizedWeightsMultiplyLikeMappedOnes) {
     auto mapped = Gemma4Checkpoint::open(dir.path(), ShardPlan{}, WeightResidency::Mapped, pool, false);
     auto resident = Gemma4Checkpoint::open(dir.path(), ShardPlan{}, WeightResidency::Resident, pool, false,
                                            cpu::preferred_layout);
-    const WeightLayout expected = k.interleaved ? WeightLayout::Interleaved : WeightLayout::Plain;
+    const WeightLayout expected = k.interleaved_quantized ? WeightLayout::Interleaved : WeightLayout::Plain;
     for (size_t l = 0; l < mapped->weights.layers.size(); ++l) {
       const WeightMatrix& a = mapped->weights.layers[l].down_proj;
       const WeightMatrix& b = resident->weights.layers[l].down_proj;

@@ -139,11 +139,12 @@ TEST(Bench, JsonReportsEveryKeyAndTheRooflineRatio) {
 }
 
 // --weight-layout: auto loads Q8 plain for one sequence and interleaved (where this CPU's kernels
-// read it) for batches and for Q4; an explicit choice wins; mapped weights cannot be rearranged.
+// read it) for batches and for Q4 and BF16; an explicit choice wins; mapped weights cannot be
+// rearranged.
 TEST(Bench, WeightLayoutFollowsTheExpectedBatch) {
   test::TempDir q8;
   quantize_checkpoint(test::synth_checkpoint("tiny"), q8.path(), WeightFormat::Q8, false);  // down_proj: 512 columns
-  const std::string batched = cpu::active_kernels().interleaved ? "interleaved" : "plain";
+  const std::string batched = cpu::active_kernels().interleaved_quantized ? "interleaved" : "plain";
   auto layout = [&](const std::string& options) {
     auto r = test::run(tandem_cmd("bench --model " + q8.path() + " --prompt 16 --gen 2 --threads 2 --json " + options));
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -163,6 +164,12 @@ TEST(Bench, WeightLayoutFollowsTheExpectedBatch) {
   auto r4 = test::run(tandem_cmd("bench --model " + q4.path() + " --prompt 16 --gen 2 --threads 2 --batch 1 --json"));
   ASSERT_EQ(r4.exit_code, 0) << r4.err;
   EXPECT_EQ(json::parse(r4.out)["weight_layout"].get<std::string>(), batched);
+  // So does BF16, where the AVX-512 float kernels read its row groups.
+  auto rb = test::run(tandem_cmd("bench --model " + test::synth_checkpoint("tiny") +
+                                 " --prompt 16 --gen 2 --threads 2 --batch 1 --json"));
+  ASSERT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(json::parse(rb.out)["weight_layout"].get<std::string>(),
+            cpu::active_kernels().interleaved_float ? "interleaved" : "plain");
   r = test::run(tandem_cmd("generate --model " + q8.path() + " --ids 2,5 --weight-layout sideways"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("--weight-layout"));

@@ -67,7 +67,7 @@ const KernelTable& kernels_for(Isa isa) {
 const KernelTable& active_kernels() { return kernels_for(active_isa()); }
 
 WeightLayout preferred_layout(const WeightMatrix& w) {
-  return active_kernels().interleaved && can_interleave(w) ? WeightLayout::Interleaved : w.layout;
+  return can_interleave(w) && active_kernels().reads_interleaved(w.format) ? WeightLayout::Interleaved : w.layout;
 }
 
 float* detail::thread_scratch_floats(int slot, size_t floats) {
@@ -78,7 +78,7 @@ float* detail::thread_scratch_floats(int slot, size_t floats) {
 void detail::quantize_then_matmul_rows(const KernelTable& k, const WeightMatrix& w, int64_t r0, int64_t r1,
                                        const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
   if (r0 >= r1 || n <= 0) return;
-  if (w.layout != WeightLayout::Plain && !k.interleaved)  // rearranged for another table's kernels
+  if (!k.reads_layout(w))  // rearranged for another table's kernels
     return scalar_kernels().matmul_rows(w, r0, r1, x, x_stride, n, y, y_stride);
   const int64_t stride = k.quantized_activation_stride(w, n);
   uint8_t* xq = t_rows_scratch.get(size_t(stride * n));
@@ -124,7 +124,7 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
   const WeightMatrix& w0 = *targets[0].w;
   // Weights rearranged for another table's kernels (tests compare tables on one matrix): the
   // scalar table reads every layout.
-  const KernelTable& k = w0.layout != WeightLayout::Plain && !table.interleaved ? scalar_kernels() : table;
+  const KernelTable& k = table.reads_layout(w0) ? table : scalar_kernels();
   const bool parallel = pool.size() > 1 && work >= kMinParallelWork && units > 1;
 
   const bool quantized = is_quantized(w0.format) && k.quantize_activations;

@@ -49,8 +49,17 @@ struct KernelTable {
   // matmul_rows for Q8/Q4 weights on all n tokens from quantize_activations (same table, w.cols, n).
   void (*matmul_rows_quantized)(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
                                 int64_t xq_stride, int64_t n, float* y, int64_t y_stride);
-  // Whether matmul_rows_quantized reads WeightLayout::Interleaved (else only Plain).
-  bool interleaved = false;
+  // Whether matmul_rows_quantized reads Q8/Q4, and matmul_rows BF16/F16, in WeightLayout::Interleaved
+  // (else only Plain).
+  bool interleaved_quantized = false;
+  bool interleaved_float = false;
+
+  bool reads_interleaved(WeightFormat format) const {
+    return is_quantized(format) ? interleaved_quantized : interleaved_float;
+  }
+  bool reads_layout(const WeightMatrix& w) const {
+    return w.layout == WeightLayout::Plain || reads_interleaved(w.format);
+  }
 };
 
 const KernelTable& scalar_kernels();
@@ -60,9 +69,10 @@ const KernelTable& kernels_for(Isa isa);
 const KernelTable& active_kernels();  // kernels_for(active_isa())
 
 // The layout the active kernels multiply w fastest in, from cache and for batches of tokens:
-// Interleaved for Q8/Q4 matrices that can_interleave() when the AVX-512 VNNI kernels are active,
-// else w's own layout. One token streaming w from DRAM reads the plain layout as fast or faster
-// (docs/kernels.md), which is why loaders ask for this only where batches are expected.
+// Interleaved for matrices that can_interleave() when the active kernels read that layout (Q8/Q4
+// with AVX-512 VNNI, BF16/F16 with AVX-512), else w's own layout. One token streaming Q8 from DRAM
+// reads the plain layout about as fast (docs/kernels.md), which is why the CLI's auto layout keeps
+// Q8 plain for one sequence.
 WeightLayout preferred_layout(const WeightMatrix& w);
 
 // y = x · W^T for n rows of x, rows of W split across the pool's threads.

@@ -71,6 +71,8 @@ void matmul_rows(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, 
                  float* y, int64_t y_stride) {
   if (w.format == WeightFormat::Q8 || w.format == WeightFormat::Q4)
     detail::quantize_then_matmul_rows(avx2_kernels(), w, r0, r1, x, x_stride, n, y, y_stride);
+  else if (w.layout != WeightLayout::Plain)  // rearranged for the AVX-512 kernels
+    scalar_kernels().matmul_rows(w, r0, r1, x, x_stride, n, y, y_stride);
   else
     detail::avx2_matmul_rows_float(w, r0, r1, x, x_stride, n, y, y_stride);
 }

@@ -161,11 +161,12 @@ KernelTable make_table() {
   t.scale = scale;
   t.dot = dot;
   t.axpy = axpy;
+  t.interleaved_float = true;
   if (cpu_features().avx512_vnni) {
     t.quantized_activation_stride = detail::avx512vnni_activation_stride;
     t.quantize_activations = detail::avx512vnni_quantize_activations;
     t.matmul_rows_quantized = detail::avx512vnni_matmul_rows_quantized;
-    t.interleaved = true;
+    t.interleaved_quantized = true;
   } else {
     t.quantized_activation_stride = detail::avx2_activation_stride;
     t.quantize_activations = detail::avx2_quantize_activations;

@@ -1,7 +1,8 @@
 // AVX-512 matmul for float weights (F32, F16, BF16): a register tile of 4 rows x 4 tokens keeps 16
 // accumulators of 16 lanes; each weight vector is widened once (exactly: F16C / a 16-bit shift)
 // and used for 4 tokens, each activation vector for 4 rows (8 rows x 1-2 tokens for decode).
-// Column tails use masked loads.
+// Column tails use masked loads. BF16/F16 in row groups (WeightLayout::Interleaved) have tiles of
+// their own below 48 tokens; the prefill panels pack either layout.
 // Results are float32 sums of exact float32 products; only the summation order differs from the
 // scalar reference.
 #include <immintrin.h>
@@ -29,6 +30,11 @@ constexpr int kTileRows = 4, kTileTokens = 4;
 // Decode (1-2 tokens) streams 8 rows at once: twice the cache lines in flight of 4 rows, which
 // measured 22 -> 26 GB/s for bf16 on one core (the whole read bandwidth).
 constexpr int kDecodeRows = 8;
+// Interleaved decode tiles read one row group (one stream) on rows of up to this many bytes of
+// float activations, two groups (two streams, each activation load shared by 8 rows) on longer
+// ones. On one Zen 4 core from DRAM: 2560 columns 30-32 GB/s with one group against 20-22 with
+// two (plain 8-row tiles: 22-24); 10240 columns 23-24 against 24-27 (plain 25-26).
+constexpr int64_t kOneGroupMaxActivationBytes = 16 << 10;
 
 template <WeightFormat F>
 struct Widen;
@@ -103,10 +109,82 @@ struct FloatTile {
   }
 };
 
+// BF16/F16 in the Interleaved layout (kernels/weight.h): a tile of a whole row group reads one
+// sequential stream, vector by vector, instead of R rows side by side (R = 2 groups: two streams).
+// One or two tokens (decode) leave the streams to the hardware prefetchers, as the interleaved
+// Q8/Q4 tiles do; batches prefetch the next group at the same columns. Columns [k0, k1) are whole
+// 32-value vectors.
+template <WeightFormat F, int R, int T>
+struct InterleavedFloatTile {
+  static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
+                  float* y, int64_t y_stride, bool accumulate, bool prefetch_next) {
+    using L = Widen<F>;
+    constexpr int G = kInterleaveRows;
+    const int64_t group_rows = interleaved_group_rows(w, row);
+    if constexpr (R > G) {
+      if (R % G != 0 || row % G != 0) {  // not whole groups: a group's tile, then the rest
+        InterleavedFloatTile<F, G, T>::run(w, row, xb, x_stride, k0, k1, y, y_stride, accumulate, prefetch_next);
+        InterleavedFloatTile<F, R - G, T>::run(w, row + G, xb, x_stride, k0, k1, y, y_stride, accumulate,
+                                               prefetch_next);
+        return;
+      }
+    } else if constexpr (R > 1) {
+      if (row % G + R > group_rows) {  // across two row groups: only for unaligned row ranges
+        for (int r = 0; r < R; ++r)
+          InterleavedFloatTile<F, 1, T>::run(w, row + r, xb, x_stride, k0, k1, y, y_stride, accumulate, prefetch_next);
+        return;
+      }
+    }
+    // R > G: whole groups, each full (rows follow in the matrix), read as R / G streams.
+    const uint8_t* w0 = interleaved_float_at(w, row, k0);
+    const int64_t vs = 64 * (R > G ? G : group_rows);  // from a row's vector to its next
+    const int64_t group_bytes = G * w.row_stride;
+    auto row_at = [&](const uint8_t* wv, int r) { return wv + (r / G) * group_bytes + 64 * (r % G); };
+    const int64_t ahead = prefetch_next && T > 2 ? R / G * group_bytes : 0;
+    const float* xp[T];
+    for (int t = 0; t < T; ++t) xp[t] = reinterpret_cast<const float*>(xb + t * x_stride) + k0;
+    // Decode tiles sum each vector's two halves apart: twice the independent FMA chains.
+    constexpr int H = R * T <= 8 ? 2 : 1;
+    __m512 acc[H][R][T];
+    for (int h = 0; h < H; ++h)
+      for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t) acc[h][r][t] = _mm512_setzero_ps();
+    const int64_t vectors = (k1 - k0) / 32;
+    for (int64_t v = 0; v < vectors; ++v) {
+      const uint8_t* wv = w0 + v * vs;
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        __m512 wf[R];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          if (ahead && half == 0) _mm_prefetch((const char*)row_at(wv, r) + ahead, _MM_HINT_T1);
+          wf[r] = L::full(row_at(wv, r) + 32 * half);
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const __m512 xv = _mm512_loadu_ps(xp[t] + 32 * v + 16 * half);
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) acc[half % H][r][t] = _mm512_fmadd_ps(wf[r], xv, acc[half % H][r][t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      float* out = y + t * y_stride + row;
+      for (int r = 0; r < R; ++r) {
+        const __m512 a = H == 2 ? _mm512_add_ps(acc[0][r][t], acc[H - 1][r][t]) : acc[0][r][t];
+        const float s = _mm512_reduce_add_ps(a);
+        out[r] = accumulate ? out[r] + s : s;
+      }
+    }
+  }
+};
+
 template <WeightFormat F>
 struct ForFormat {
   template <int R, int T>
   struct Tile : FloatTile<F, R, T> {};
+  template <int R, int T>
+  struct InterleavedTile : InterleavedFloatTile<F, R, T> {};
 };
 
 template <WeightFormat F, int R = kTileRows, int T = kTileTokens>
@@ -114,6 +192,15 @@ TileSet make_tiles() {
   TileSet set;
   fill_tiles<ForFormat<F>::template Tile, R, T>(set);
   set.k_align = 16;
+  set.x_bytes_per_col = 4;
+  return set;
+}
+
+template <WeightFormat F, int R, int T>
+TileSet make_interleaved_tiles() {
+  TileSet set;
+  fill_tiles<ForFormat<F>::template InterleavedTile, R, T>(set);
+  set.k_align = 32;
   set.x_bytes_per_col = 4;
   return set;
 }
@@ -164,6 +251,13 @@ inline void transpose16(__m512 r[16]) {
   for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
+// Where the value at (r, c) sits, in either layout; the next 15 (c % 16 == 0) follow it.
+template <WeightFormat F>
+const uint8_t* float_weight_at(const WeightMatrix& w, int64_t r, int64_t c) {
+  if (w.layout == WeightLayout::Interleaved) return interleaved_float_at(w, r, c);
+  return w.data + r * w.row_stride + c * Widen<F>::kBytes;
+}
+
 // Rows [row, row + nr) (nr <= kPanelRows; the rest of the group is zero) over columns [k0, k0 + kk)
 // into panel[c * kPanelRows + r], widened to float32.
 template <WeightFormat F>
@@ -176,8 +270,12 @@ void pack_weight_panel(const WeightMatrix& w, int64_t row, int nr, int64_t k0, i
       const __mmask16 m = __mmask16((1u << cols_here) - 1);
       __m512 r[16];
       for (int i = 0; i < 16; ++i) {
-        const uint8_t* p = w.data + (row + 16 * v + i) * w.row_stride + (k0 + c) * L::kBytes;
-        r[i] = i >= rows_here ? _mm512_setzero_ps() : cols_here == 16 ? L::full(p) : L::part(p, m);
+        if (i >= rows_here) {
+          r[i] = _mm512_setzero_ps();
+          continue;
+        }
+        const uint8_t* p = float_weight_at<F>(w, row + 16 * v + i, k0 + c);
+        r[i] = cols_here == 16 ? L::full(p) : L::part(p, m);
       }
       transpose16(r);
       for (int i = 0; i < cols_here; ++i) _mm512_store_ps(panel + (c + i) * kPanelRows + 16 * v, r[i]);
@@ -262,6 +360,20 @@ void avx512_matmul_rows_float(const WeightMatrix& w, int64_t r0, int64_t r1, con
   static const TileSet f32_decode = make_tiles<WeightFormat::F32, kDecodeRows, 2>();
   static const TileSet f16_decode = make_tiles<WeightFormat::F16, kDecodeRows, 2>();
   static const TileSet bf16_decode = make_tiles<WeightFormat::BF16, kDecodeRows, 2>();
+  if (w.layout == WeightLayout::Interleaved && n < kPanelMinTokens) {
+    static const TileSet f16i = make_interleaved_tiles<WeightFormat::F16, kInterleaveRows, kTileTokens>();
+    static const TileSet bf16i = make_interleaved_tiles<WeightFormat::BF16, kInterleaveRows, kTileTokens>();
+    static const TileSet f16i_decode = make_interleaved_tiles<WeightFormat::F16, kInterleaveRows, 2>();
+    static const TileSet bf16i_decode = make_interleaved_tiles<WeightFormat::BF16, kInterleaveRows, 2>();
+    static const TileSet f16i_decode_long = make_interleaved_tiles<WeightFormat::F16, 2 * kInterleaveRows, 2>();
+    static const TileSet bf16i_decode_long = make_interleaved_tiles<WeightFormat::BF16, 2 * kInterleaveRows, 2>();
+    const bool bf16_format = w.format == WeightFormat::BF16;
+    const bool long_rows = w.cols * int64_t(sizeof(float)) > kOneGroupMaxActivationBytes;
+    const TileSet& tiles = n > 2         ? (bf16_format ? bf16i : f16i)
+                           : long_rows ? (bf16_format ? bf16i_decode_long : f16i_decode_long)
+                                       : (bf16_format ? bf16i_decode : f16i_decode);
+    return tiled_matmul(tiles, w, r0, r1, reinterpret_cast<const uint8_t*>(x), x_stride * 4, n, y, y_stride);
+  }
   if (n <= 2) {
     const TileSet& tiles =
         w.format == WeightFormat::F32 ? f32_decode : w.format == WeightFormat::F16 ? f16_decode : bf16_decode;
