@@ -187,22 +187,22 @@ struct ForFormat {
   struct InterleavedTile : InterleavedFloatTile<F, R, T> {};
 };
 
-template <WeightFormat F, int R = kTileRows, int T = kTileTokens>
+// Plain rows are walked 16 columns at a time; row groups a whole 64-byte vector (32 values) at a time.
+template <WeightFormat F, int R = kTileRows, int T = kTileTokens, bool RowGroups = false>
 TileSet make_tiles() {
   TileSet set;
-  fill_tiles<ForFormat<F>::template Tile, R, T>(set);
-  set.k_align = 16;
+  if constexpr (RowGroups)
+    fill_tiles<ForFormat<F>::template InterleavedTile, R, T>(set);
+  else
+    fill_tiles<ForFormat<F>::template Tile, R, T>(set);
+  set.k_align = RowGroups ? 32 : 16;
   set.x_bytes_per_col = 4;
   return set;
 }
 
 template <WeightFormat F, int R, int T>
 TileSet make_interleaved_tiles() {
-  TileSet set;
-  fill_tiles<ForFormat<F>::template InterleavedTile, R, T>(set);
-  set.k_align = 32;
-  set.x_bytes_per_col = 4;
-  return set;
+  return make_tiles<F, R, T, true>();
 }
 
 // ---- Prefill (16+ tokens): outer products over packed panels ----------------------------------
