@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -200,37 +201,33 @@ void check(const cpu::KernelTable& k, ThreadPool& pool, const WeightMatrix& w, i
 
 class InterleavedMatmul : public ::testing::TestWithParam<Isa> {};
 
-TEST_P(InterleavedMatmul, MatchesTheReferenceForEveryTokenCount) {
-  if (int(GetParam()) > int(best_supported_isa())) GTEST_SKIP() << "not supported by this CPU";
-  const cpu::KernelTable& k = cpu::kernels_for(GetParam());
+// Every format x rows x cols x token count, interleaved, on the parameter's ISA.
+void check_every_shape(Isa isa, std::initializer_list<WeightFormat> formats, std::initializer_list<int64_t> cols_list,
+                       std::initializer_list<int64_t> token_counts, unsigned seed) {
+  const cpu::KernelTable& k = cpu::kernels_for(isa);
   ThreadPool pool(2);
-  std::mt19937 rng(8);
-  for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4})
+  std::mt19937 rng(seed);
+  for (WeightFormat f : formats)
     for (int64_t rows : {1, 5, 19, 70})
-      for (int64_t cols : {512, 1536})
-        for (int64_t n : {1, 2, 3, 7, 8, 9, 15, 16, 25}) {
+      for (int64_t cols : cols_list)
+        for (int64_t n : token_counts) {
           const OwnedMatrix m = interleaved_copy(random_matrix(f, rows, cols, false, rng));
           check(k, pool, m.view, n, rng,
-                std::string(isa_name(GetParam())) + " " + std::string(weight_format_name(f)) + " " +
-                    std::to_string(rows) + "x" + std::to_string(cols) + " n=" + std::to_string(n));
+                std::string(isa_name(isa)) + " " + std::string(weight_format_name(f)) + " " + std::to_string(rows) +
+                    "x" + std::to_string(cols) + " n=" + std::to_string(n));
         }
+}
+
+TEST_P(InterleavedMatmul, MatchesTheReferenceForEveryTokenCount) {
+  if (int(GetParam()) > int(best_supported_isa())) GTEST_SKIP() << "not supported by this CPU";
+  check_every_shape(GetParam(), {WeightFormat::Q8, WeightFormat::Q4}, {512, 1536}, {1, 2, 3, 7, 8, 9, 15, 16, 25}, 8);
 }
 
 // BF16/F16: decode tiles (1-2 tokens), batch tiles (3-47) and the prefill panels (48+).
 TEST_P(InterleavedMatmul, FloatMatchesTheReferenceForEveryTokenCount) {
   if (int(GetParam()) > int(best_supported_isa())) GTEST_SKIP() << "not supported by this CPU";
-  const cpu::KernelTable& k = cpu::kernels_for(GetParam());
-  ThreadPool pool(2);
-  std::mt19937 rng(11);
-  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::F16})
-    for (int64_t rows : {1, 5, 19, 70})
-      for (int64_t cols : {32, 96, 512})
-        for (int64_t n : {1, 2, 3, 5, 8, 15, 16, 47, 48, 53}) {
-          const OwnedMatrix m = interleaved_copy(random_matrix(f, rows, cols, false, rng));
-          check(k, pool, m.view, n, rng,
-                std::string(isa_name(GetParam())) + " " + std::string(weight_format_name(f)) + " " +
-                    std::to_string(rows) + "x" + std::to_string(cols) + " n=" + std::to_string(n));
-        }
+  check_every_shape(GetParam(), {WeightFormat::BF16, WeightFormat::F16}, {32, 96, 512},
+                    {1, 2, 3, 5, 8, 15, 16, 47, 48, 53}, 11);
 }
 
 // Enough columns and tokens for the prefill loop nests to split columns into several chunks.
