@@ -52,40 +52,97 @@ constexpr int64_t kPanelBytes = 256 << 10;     // the packed weights of a block 
 
 int64_t chunk_count(int64_t cols) { return (cols + kChunk - 1) / kChunk; }
 
-// Lane j of vector k gathers the dword at byte 32 j + 4 k of 16 consecutive 32-byte blocks.
-__m512i gather_index(int k) {
-  return _mm512_add_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                             _mm512_set1_epi32(32)),
-                          _mm512_set1_epi32(4 * k));
+// Lane j: the largest of the 16 lanes of m[j]. A tree of shuffles and maxima (46 instructions)
+// instead of 16 horizontal reductions; the tree leaves block j in lane 4 (j % 4) + j / 4.
+__m512 lane_maxima(const __m512 (&m)[16]) {
+  __m512 halves[8], quarters[4], pairs[2];
+  for (int i = 0; i < 8; ++i)  // 128-bit quarters [m(2i) 0|2, m(2i) 1|3, m(2i+1) 0|2, m(2i+1) 1|3]
+    halves[i] = _mm512_max_ps(_mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0x44),
+                              _mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0xee));
+  for (int i = 0; i < 4; ++i)  // quarter q: four partial maxima of m(4i + q)
+    quarters[i] = _mm512_max_ps(_mm512_shuffle_f32x4(halves[2 * i], halves[2 * i + 1], 0x88),
+                                _mm512_shuffle_f32x4(halves[2 * i], halves[2 * i + 1], 0xdd));
+  for (int i = 0; i < 2; ++i)  // quarter q: two partial maxima each of m(8i + q) and m(8i + 4 + q)
+    pairs[i] = _mm512_max_ps(_mm512_shuffle_ps(quarters[2 * i], quarters[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(quarters[2 * i], quarters[2 * i + 1], 0xee));
+  const __m512 tree = _mm512_max_ps(_mm512_shuffle_ps(pairs[0], pairs[1], 0x88),  // lane 4q + i: m(4i + q)
+                                    _mm512_shuffle_ps(pairs[0], pairs[1], 0xdd));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, tree);
 }
 
-void transpose_chunk(const uint8_t* blocks, uint8_t* out) {
-  for (int k = 0; k < 8; ++k)
-    _mm512_store_si512(out + 64 * k, _mm512_i32gather_epi32(gather_index(k), blocks, 1));
+// The index for _mm512_permutex2var_epi32 that takes lane l from the first operand's lane
+// first(l) when l < half, else from the second's lane first(l - half) (16 lanes each).
+template <class Lane>
+__m512i two_source_index(int half, Lane first) {
+  alignas(64) int32_t idx[16];
+  for (int l = 0; l < 16; ++l) idx[l] = l < half ? first(l) : 16 + first(l - half);
+  return _mm512_load_si512(idx);
+}
+
+// The 16 x 8 dwords of codes (block j's dword k at 32 j + 4 k) as 8 vectors, vector k lane j:
+// three rounds of two-source permutes that halve the blocks and double the dwords per vector.
+void transpose_codes(const uint8_t* codes, uint8_t* out) {
+  static const __m512i round1[2] = {  // 4 blocks x dwords [4h, 4h + 4): lane 4 b + d
+      two_source_index(8, [](int l) { return 8 * (l / 4) + l % 4; }),
+      two_source_index(8, [](int l) { return 8 * (l / 4) + 4 + l % 4; })};
+  static const __m512i round2[2] = {  // 8 blocks x dwords [4h + 2g, 4h + 2g + 2): lane 2 b + d
+      two_source_index(8, [](int l) { return 4 * (l / 2) + l % 2; }),
+      two_source_index(8, [](int l) { return 4 * (l / 2) + 2 + l % 2; })};
+  static const __m512i round3[2] = {  // 16 blocks x dword 4h + 2g + e: lane b
+      two_source_index(8, [](int l) { return 2 * l; }), two_source_index(8, [](int l) { return 2 * l + 1; })};
+  __m512i z[8], p[8], q[8];
+  for (int i = 0; i < 8; ++i) z[i] = _mm512_load_si512(codes + 64 * i);  // blocks 2i, 2i + 1
+  for (int i = 0; i < 4; ++i)
+    for (int h = 0; h < 2; ++h) p[2 * i + h] = _mm512_permutex2var_epi32(z[2 * i], round1[h], z[2 * i + 1]);
+  for (int i = 0; i < 2; ++i)
+    for (int h = 0; h < 2; ++h)
+      for (int g = 0; g < 2; ++g)
+        q[4 * i + 2 * h + g] = _mm512_permutex2var_epi32(p[4 * i + h], round2[g], p[4 * i + 2 + h]);
+  for (int h = 0; h < 2; ++h)
+    for (int g = 0; g < 2; ++g)
+      for (int e = 0; e < 2; ++e)
+        _mm512_store_si512(out + 64 * (4 * h + 2 * g + e),
+                           _mm512_permutex2var_epi32(q[2 * h + g], round3[e], q[4 + 2 * h + g]));
+}
+
+// One 512-column chunk, its 16 blocks side by side (a third of the time of quantizing block by
+// block, each with two horizontal reductions, and transposing with gathers).
+void quantize_whole_chunk(const float* x, int32_t offset, uint8_t* o) {
+  __m512 block_max[16];
+  for (int j = 0; j < 16; ++j)
+    block_max[j] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 32 * j)), _mm512_abs_ps(_mm512_loadu_ps(x + 32 * j + 16)));
+  const __m512 amax = lane_maxima(block_max);
+  alignas(64) float inv[16];
+  _mm512_store_ps(inv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                           _mm512_set1_ps(127.0f), amax));
+  _mm512_store_ps(reinterpret_cast<float*>(o + 512), _mm512_div_ps(amax, _mm512_set1_ps(127.0f)));
+  alignas(64) int8_t codes[kChunk];
+  for (int j = 0; j < 16; ++j) {
+    const __m512 scale = _mm512_set1_ps(inv[j]);
+    const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * j), scale));
+    const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * j + 16), scale));
+    _mm_store_si128((__m128i*)(codes + 32 * j), _mm512_cvtepi32_epi8(qa));
+    _mm_store_si128((__m128i*)(codes + 32 * j + 16), _mm512_cvtepi32_epi8(qb));
+  }
+  transpose_codes(reinterpret_cast<const uint8_t*>(codes), o);
+  __m512i sums = _mm512_setzero_si512();  // lane j: the sum of block j's codes
+  for (int k = 0; k < 8; ++k) sums = _mm512_dpbusd_epi32(sums, _mm512_set1_epi8(1), _mm512_load_si512(o + 64 * k));
+  _mm512_store_si512(o + 576, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-offset)));
 }
 
 void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* out) {
   const int32_t offset = format == WeightFormat::Q4 ? 8 : 128;
-  alignas(64) int8_t codes[kChunk];
+  // A last, partial chunk is padded with zeros (Q8/Q4 rows are whole blocks): zero blocks quantize
+  // to zero codes, scales and sums.
+  alignas(64) float padded[kChunk];
   for (int64_t ch = 0; ch < chunk_count(cols); ++ch) {
-    const int64_t blocks = std::min<int64_t>(kChunkBlocks, (cols - ch * kChunk) / kQuantBlock);
-    uint8_t* o = out + ch * kActivationChunkBytes;
-    float* scales = reinterpret_cast<float*>(o + 512);
-    int32_t* corrections = reinterpret_cast<int32_t*>(o + 576);
-    std::memset(codes, 0, sizeof codes);
-    std::memset(o + 512, 0, 128);
-    for (int64_t j = 0; j < blocks; ++j) {
-      const float* xb = x + ch * kChunk + j * kQuantBlock;
-      const __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
-      const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
-      const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, inv)), qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, inv));
-      _mm_store_si128((__m128i*)(codes + 32 * j), _mm512_cvtepi32_epi8(qa));
-      _mm_store_si128((__m128i*)(codes + 32 * j + 16), _mm512_cvtepi32_epi8(qb));
-      scales[j] = amax / 127.0f;
-      corrections[j] = -offset * _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+    const float* xc = x + ch * kChunk;
+    if ((ch + 1) * kChunk > cols) {
+      std::fill(std::copy(xc, x + cols / kQuantBlock * kQuantBlock, padded), padded + kChunk, 0.0f);
+      xc = padded;
     }
-    transpose_chunk(reinterpret_cast<const uint8_t*>(codes), o);
+    quantize_whole_chunk(xc, offset, out + ch * kActivationChunkBytes);
   }
 }
 
@@ -140,7 +197,7 @@ void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int6
           }
         }
       }
-      if (!interleaved) transpose_chunk(codes, o);
+      if (!interleaved) transpose_codes(codes, o);
       const __mmask16 live = __mmask16((1u << blocks) - 1);
       const uint8_t* chunk_scales = interleaved ? interleaved_scales(w, r, ch) : srow + ch * kChunkBlocks * 2;
       _mm512_store_ps(reinterpret_cast<float*>(o + 512), _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, chunk_scales)));
