@@ -232,14 +232,15 @@ struct PanelTile {
         for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], wv[r], xv);
       }
     }
+    // The token scales are loaded once: the stores to sums may alias xc for all GCC knows.
+    __m512 dx[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) dx[t] = _mm512_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + 512));
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(wc + r * prb + 512));
 #pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + 512));
-        add_block_sums<First>(sums + 16 * (r * T + t), acc[r][t], _mm512_mul_ps(dw, dx));
-      }
+      for (int t = 0; t < T; ++t) add_block_sums<First>(sums + 16 * (r * T + t), acc[r][t], _mm512_mul_ps(dw, dx[t]));
     }
   }
 
