@@ -23,6 +23,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include "kernels/cpu/avx512_load_once.h"
 #include "kernels/cpu/avx512_sums.h"
 
 namespace tandem::cpu::detail {
@@ -72,7 +73,7 @@ struct InterleavedTile {
           const __m512i xlo = _mm512_load_si512(xc + 64 * k), xhi = _mm512_load_si512(xc + 64 * (k + 4));
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
-            const __m512i v = _mm512_loadu_si512(wk + 64 * r);
+            const __m512i v = load_once(wk + 64 * r);
             acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], _mm512_and_si512(v, nibble), xlo);
             acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble), xhi);
           }
