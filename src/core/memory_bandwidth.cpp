@@ -74,8 +74,12 @@ ReadBandwidthProbe::ReadBandwidthProbe(ThreadPool& pool, size_t bytes) : pool_(p
   });
 }
 
+uint64_t read_in_parts(const uint8_t* p, size_t bytes) {
+  static const bool avx2 = cpu_features().avx2;
+  return avx2 ? read_avx2(p, bytes) : read_sse2(p, bytes);
+}
+
 double ReadBandwidthProbe::measure(int passes) {
-  const bool avx2 = cpu_features().avx2;
   const uint8_t* base = buffer_.get();
   volatile uint64_t sink = 0;
   double best = 0;
@@ -83,7 +87,7 @@ double ReadBandwidthProbe::measure(int passes) {
     const auto start = std::chrono::steady_clock::now();
     pool_.run([&](int t, int) {
       const uint8_t* p = base + size_t(t) * chunk_;
-      sink = sink + (avx2 ? read_avx2(p, chunk_) : read_sse2(p, chunk_));
+      sink = sink + read_in_parts(p, chunk_);
     });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, double(bytes_) / seconds / 1e9);
