@@ -47,40 +47,38 @@ struct Pattern {
   uint64_t (*read)(ThreadPool& pool, const uint8_t* base, size_t bytes);
 };
 
-uint64_t read_halves(ThreadPool& pool, const uint8_t* base, size_t bytes) {
+// One pool pass of read(t, nt) on every thread; the sum of what they return.
+template <typename Read>
+uint64_t on_every_thread(ThreadPool& pool, Read read) {
   std::vector<uint64_t> sums(size_t(pool.size()));
-  pool.run([&](int t, int nt) {
-    const size_t part = bytes / size_t(nt) / 4096 * 4096;
-    sums[size_t(t)] = tandem::read_in_parts(base + size_t(t) * part, part);
-  });
+  pool.run([&](int t, int nt) { sums[size_t(t)] = read(t, nt); });
   uint64_t s = 0;
   for (uint64_t v : sums) s += v;
   return s;
+}
+
+uint64_t read_halves(ThreadPool& pool, const uint8_t* base, size_t bytes) {
+  return on_every_thread(pool, [&](int t, int nt) {
+    const size_t part = bytes / size_t(nt) / 4096 * 4096;
+    return tandem::read_in_parts(base + size_t(t) * part, part);
+  });
 }
 
 uint64_t read_windows(ThreadPool& pool, const uint8_t* base, size_t bytes, size_t window) {
-  std::vector<uint64_t> sums(size_t(pool.size()));
-  pool.run([&](int t, int nt) {
+  return on_every_thread(pool, [&](int t, int nt) {
     const size_t part = window / size_t(nt) / 4096 * 4096;
     uint64_t s = 0;
     for (size_t w = 0; w + window <= bytes; w += window) s += tandem::read_in_parts(base + w + size_t(t) * part, part);
-    sums[size_t(t)] = s;
+    return s;
   });
-  uint64_t s = 0;
-  for (uint64_t v : sums) s += v;
-  return s;
 }
 
 uint64_t read_blocks(ThreadPool& pool, const uint8_t* base, size_t bytes, size_t block) {
-  std::vector<uint64_t> sums(size_t(pool.size()));
-  pool.run([&](int t, int nt) {
+  return on_every_thread(pool, [&](int t, int nt) {
     uint64_t s = 0;
     for (size_t b = size_t(t) * block; b + block <= bytes; b += size_t(nt) * block) s += tandem::read_in_parts(base + b, block);
-    sums[size_t(t)] = s;
+    return s;
   });
-  uint64_t s = 0;
-  for (uint64_t v : sums) s += v;
-  return s;
 }
 
 // The bytes of one E4B decoder layer's matrices in Q4 (0.5625 bytes per weight), in the order
@@ -105,8 +103,7 @@ uint64_t read_matrices(ThreadPool& pool, const uint8_t* base, size_t bytes) {
 // The same reads in one pool pass: each thread walks its halves of all matrices without waiting
 // for the other at each one. The difference to `matrices` is what the barriers cost.
 uint64_t read_matrices_unsynchronised(ThreadPool& pool, const uint8_t* base, size_t bytes) {
-  std::vector<uint64_t> sums(size_t(pool.size()));
-  pool.run([&](int t, int nt) {
+  return on_every_thread(pool, [&](int t, int nt) {
     uint64_t s = 0;
     size_t at = 0;
     for (size_t m = 0;; m = (m + 1) % (sizeof(kLayerMatrixBytes) / sizeof(kLayerMatrixBytes[0]))) {
@@ -116,11 +113,8 @@ uint64_t read_matrices_unsynchronised(ThreadPool& pool, const uint8_t* base, siz
       s += tandem::read_in_parts(base + at + size_t(t) * part, part);
       at += n;
     }
-    sums[size_t(t)] = s;
+    return s;
   });
-  uint64_t s = 0;
-  for (uint64_t v : sums) s += v;
-  return s;
 }
 
 const Pattern kPatterns[] = {
@@ -192,12 +186,12 @@ int main(int argc, char** argv) {
       sum += rates[i][r] / probes[r];
       ++n;
     }
-    return n ? sum / n : 0.0;
+    return n ? fmt::format("{:.3f}", sum / n) : std::string("-");
   };
   fmt::print("\nmean ratio to the probe (median probe {:.1f} GB/s)\n{:<12} {:>6} {:>13} {:>13}\n", median, "pattern",
              "all", "probe above", "probe at/below");
   for (size_t i = 0; i < kPatternCount; ++i)
-    fmt::print("{:<12} {:>6.3f} {:>13.3f} {:>13.3f}\n", kPatterns[i].name, mean_ratio(i, 0), mean_ratio(i, 1),
+    fmt::print("{:<12} {:>6} {:>13} {:>13}\n", kPatterns[i].name, mean_ratio(i, 0), mean_ratio(i, 1),
                mean_ratio(i, -1));
   return 0;
 }
