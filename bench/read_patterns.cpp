@@ -1,9 +1,9 @@
 // How fast plain reads of a buffer the size of a decode step's weights run, next to the probe that
 // `tandem bench` divides decode speed by. The probe re-reads 512 MB (best of 3 passes of ~10 ms);
-// a decode step streams 2.6-9.3 GB of weights once. On the Zen 4 VM of session 20 the two agree
-// while the host offers ~35 GB/s, but whenever it offers 45-60 GB/s to the probe, one pass over new
-// memory gets much less, whatever the access pattern; this program measures that gap, so the
-// decode roofline can be read against what a read loop with no arithmetic achieves.
+// a decode step streams 2.6-9.3 GB of weights once, a matrix at a time. This program reads a
+// buffer that size in several patterns, with no arithmetic, so the decode roofline can be read
+// against what a plain read loop achieves in the decode's place (docs/benchmarks.md, "Plain reads
+// of a decode step's size").
 //
 //   read_patterns [--gb 3] [--rounds 40] [--threads N]
 //
@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -85,18 +86,23 @@ uint64_t read_blocks(ThreadPool& pool, const uint8_t* base, size_t bytes, size_t
 // a decode step reads them: q/k/v, o, gate/up, down, the PLE gate and projection.
 constexpr size_t kLayerMatrixBytes[] = {3686400, 2949120, 29491200, 14745600, 368640, 368640};
 
+// Calls visit(offset, bytes) for the matrices of consecutive layers that fit in `bytes`.
+template <typename Visit>
+void for_each_matrix(size_t bytes, Visit visit) {
+  size_t at = 0;
+  for (size_t m = 0;; m = (m + 1) % std::size(kLayerMatrixBytes)) {
+    if (at + kLayerMatrixBytes[m] > bytes) return;
+    visit(at, kLayerMatrixBytes[m]);
+    at += kLayerMatrixBytes[m];
+  }
+}
+
 // The buffer as a sequence of such matrices, one pool pass per matrix (each thread reading its
 // half, as a decode matmul splits rows): the synchronisation and stream restarts of a decode
 // step, without its arithmetic or the work between its matmuls.
 uint64_t read_matrices(ThreadPool& pool, const uint8_t* base, size_t bytes) {
   uint64_t s = 0;
-  size_t at = 0;
-  for (size_t m = 0;; m = (m + 1) % (sizeof(kLayerMatrixBytes) / sizeof(kLayerMatrixBytes[0]))) {
-    const size_t n = kLayerMatrixBytes[m];
-    if (at + n > bytes) break;
-    s += read_halves(pool, base + at, n);
-    at += n;
-  }
+  for_each_matrix(bytes, [&](size_t at, size_t n) { s += read_halves(pool, base + at, n); });
   return s;
 }
 
@@ -105,14 +111,10 @@ uint64_t read_matrices(ThreadPool& pool, const uint8_t* base, size_t bytes) {
 uint64_t read_matrices_unsynchronised(ThreadPool& pool, const uint8_t* base, size_t bytes) {
   return on_every_thread(pool, [&](int t, int nt) {
     uint64_t s = 0;
-    size_t at = 0;
-    for (size_t m = 0;; m = (m + 1) % (sizeof(kLayerMatrixBytes) / sizeof(kLayerMatrixBytes[0]))) {
-      const size_t n = kLayerMatrixBytes[m];
-      if (at + n > bytes) break;
+    for_each_matrix(bytes, [&](size_t at, size_t n) {
       const size_t part = n / size_t(nt) / 4096 * 4096;
       s += tandem::read_in_parts(base + at + size_t(t) * part, part);
-      at += n;
-    }
+    });
     return s;
   });
 }
@@ -125,7 +127,7 @@ const Pattern kPatterns[] = {
     {"matrices", read_matrices},
     {"unsynced", read_matrices_unsynchronised},
 };
-constexpr size_t kPatternCount = sizeof(kPatterns) / sizeof(kPatterns[0]);
+constexpr size_t kPatternCount = std::size(kPatterns);
 
 int usage(const char* message) {
   fmt::print(stderr, "read_patterns: {}\nusage: read_patterns [--gb GB] [--rounds N] [--threads N]\n", message);
