@@ -1,5 +1,5 @@
-// The fast forward pass against the float32 reference: logits within 1e-4 and identical greedy
-// ids on E4B- and E2B-like checkpoints, for every instruction set the CPU has, any chunking, and
+// The fast forward pass against the float32 reference: logits within float32 rounding of theirs
+// (see logit_tolerance) and identical greedy ids on E4B- and E2B-like checkpoints, for every instruction set the CPU has, any chunking, and
 // any mix of sequences in one batch.
 #include <gtest/gtest.h>
 
@@ -25,6 +25,17 @@ float max_abs_diff(const std::vector<float>& a, const float* b) {
   float m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
   return m;
+}
+
+// The fast kernels sum in other orders than the reference (8 or 16 lanes, tiles, threads), and
+// the tiny checkpoints' random layers amplify those roundings: over 16 prompts the worst logit
+// difference was 2-8e-5 (scalar 2-5e-5) with logits of |11-13|, and one prompt of the E2B-like
+// checkpoint reached 1.14e-4 on AVX2 (9.1e-5 scalar). So the bound scales with the logits, about
+// 170 float32 ulps of the largest one.
+float logit_tolerance(const std::vector<float>& expected) {
+  float largest = 1.0f;
+  for (float v : expected) largest = std::max(largest, std::abs(v));
+  return 2e-5f * largest;
 }
 
 int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
@@ -71,7 +82,7 @@ TEST_P(FastForward, MatchesReferenceOnEveryIsa) {
         const auto got = fast.forward(ids, true);
         ASSERT_EQ(got.size(), expected.size());
         for (size_t p = 0; p < got.size(); ++p)
-          ASSERT_LE(max_abs_diff(expected[p], got[p].data()), 1e-4f)
+          ASSERT_LE(max_abs_diff(expected[p], got[p].data()), logit_tolerance(expected[p]))
               << isa_name(isa) << " chunk " << chunk << " position " << p;
         EXPECT_EQ(greedy(fast, ids, 30), expected_greedy) << isa_name(isa) << " chunk " << chunk << " threads " << threads;
       }
@@ -97,7 +108,7 @@ TEST_P(FastForward, ResidentRowGroupsMatchReference) {
     const auto got = fast.forward(ids, true);
     ASSERT_EQ(got.size(), expected.size());
     for (size_t p = 0; p < got.size(); ++p)
-      ASSERT_LE(max_abs_diff(expected[p], got[p].data()), 1e-4f) << "chunk " << chunk << " position " << p;
+      ASSERT_LE(max_abs_diff(expected[p], got[p].data()), logit_tolerance(expected[p])) << "chunk " << chunk << " position " << p;
     if (chunk == 4) {
       EXPECT_EQ(greedy(fast, ids, 30), greedy(reference, ids, 30));
     }
