@@ -121,6 +121,27 @@ TEST_P(MatmulRows, FloatPanels) {
   }
 }
 
+// Many tokens of Q8/Q4 weights take packed panels of column chunks (256 columns on AVX2, 512 with
+// VNNI), several chunks per pass and rows in blocks: row ranges that start and end inside a tile,
+// columns over several passes ending in a partial chunk, token counts with a partial tile. And
+// every Q8 weight at -128, which the AVX2 kernels can only negate through the activations' sign.
+TEST_P(MatmulRows, QuantizedPanels) {
+  if (skip_unsupported(GetParam())) GTEST_SKIP();
+  const KernelTable& k = cpu::kernels_for(GetParam());
+  std::mt19937 rng(17);
+  for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4}) {
+    OwnedMatrix m = random_matrix(f, 150, 5920, false, rng);  // 185 blocks: 23 chunks of 8 and one block
+    for (int64_t n : {16, 53})
+      for (auto [r0, r1] : std::vector<std::pair<int64_t, int64_t>>{{0, 150}, {7, 139}})
+        check_matmul_rows(k, m.view, n, r0, r1, rng,
+                          std::string(weight_format_name(f)) + " panels n=" + std::to_string(n) + " rows [" +
+                              std::to_string(r0) + ", " + std::to_string(r1) + ")");
+  }
+  OwnedMatrix lowest = random_matrix(WeightFormat::Q8, 5, 288, false, rng);
+  for (int64_t r = 0; r < 5; ++r) std::memset(lowest.data.data() + r * lowest.view.row_stride, 0x80, 288);
+  for (int64_t n : {1, 5, 16, 20}) check_matmul_rows(k, lowest.view, n, 0, 5, rng, "q8 all -128 n=" + std::to_string(n));
+}
+
 // Zero and huge activations: all-zero quantization blocks must give exact zeros, not NaN.
 TEST_P(MatmulRows, ZeroActivations) {
   if (skip_unsupported(GetParam())) GTEST_SKIP();

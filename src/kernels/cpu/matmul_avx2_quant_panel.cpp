@@ -1,0 +1,369 @@
+// AVX2 prefill matmul for quantized weights (Q8, Q4), many tokens at once: the AVX2 counterpart
+// of matmul_avx512_vnni_panel.cpp (read that first), for CPUs without AVX512-VNNI.
+//
+// The register tiles of matmul_avx2_quant.cpp convert, scale and add every block's 8 int32 lanes
+// one block at a time, with a scalar product of the two scales per block, row and token: more
+// instructions than the multiplies themselves. Here both operands are rearranged so that lane j of
+// every vector belongs to block j of an 8-block chunk (256 columns): vector k holds bytes
+// [4k, 4k + 4) of each block. The int32 sums of a chunk's 8 blocks then build up in one
+// accumulator, and one convert + scale + add follows per chunk, row and token.
+//   Q8: vpmaddubsw(|w|, sign(x, w)) (|w| <= 128 as unsigned, and |x| <= 127 never overflows when
+//       negated; pairs stay below 2^15), vpmaddwd with ones, add: four instructions per 32
+//       multiply-adds (|x| with w's sign would fail on w = -128);
+//   Q4: the unpacked nibble (q + 8, 0..15) times x, vpmaddubsw results added as int16 over the
+//       whole chunk (8 x 2 x 15 x 127 = 30480 < 2^15), one vpmaddwd per chunk, minus 8 * sum(x)
+//       per block from the activations' precomputed corrections: two instructions per 32.
+// The weights are rearranged ("packed") a block of rows at a time into a thread-local panel that
+// stays in L2 while every token tile passes over it.
+//
+// Activation layout (per token, 320 bytes per 256-column chunk, zero past cols):
+//   8 x 32 codes (vector k, lane j: 4 codes of block j) | 8 float scales | 8 int32 corrections.
+//   Q8 codes are in column order (vector k: columns [4k, 4k + 4) of each block); Q4 codes are the
+//   16 even columns of each block in vectors 0-3 and the 16 odd ones in vectors 4-7, matching the
+//   low and high nibbles of a block's 16 weight bytes. Corrections: -8 * sum of codes for Q4, 0 for Q8.
+// Weight panel (per row, 288 bytes per chunk): 8 x 32 codes in the same order (Q8 signed, Q4
+//   unsigned 0..15) | 8 float scales.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <utility>
+
+#include "kernels/cpu/isa_kernels.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace tandem::cpu::detail {
+
+namespace {
+
+constexpr int64_t kChunk = 256, kChunkBlocks = 8;
+constexpr int64_t kActivationChunkBytes = 320, kWeightChunkBytes = 288;
+// Measured on Zen 3 (prefill of 512 tokens, one core, GOP/s): Q4 3 x 3 103-131, 2 x 4 87, 4 x 2
+// 98-105, 3 x 4 101, 2 x 6 94, 4 x 3 78; Q8 3 x 3 76-108 (it spills a register), 2 x 4 65-104,
+// 2 x 3 98, 3 x 2 79, 2 x 5 65.
+constexpr int kTileRows = 3, kTileTokens = 3;
+constexpr int64_t kTokenTileBytes = 16 << 10;  // a token tile's activations over a column chunk: L1
+constexpr int64_t kPanelBytes = 192 << 10;     // the packed weights of a block of rows: L2
+
+int64_t chunk_count(int64_t cols) { return (cols + kChunk - 1) / kChunk; }
+
+// v[j] = the 8 dwords of block j; afterwards v[k] = dword k of every block (lane j: block j).
+void transpose8x8(__m256i (&v)[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int k = 0; k < 4; ++k) {
+    v[k] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
+    v[k + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
+  }
+}
+
+int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// One block of 32 activations: int8 codes in column order (scale max|x| / 127, nearest even, as
+// every other quantized path), their scale and the sum of the codes.
+__m256i quantize_block(const float* x, float& scale, int32_t& sum) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 v[4];
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    m = _mm256_max_ps(m, _mm256_and_ps(v[i], abs_mask));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
+  scale = amax / 127.0f;
+  sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  return _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// A block's codes as [16 even columns | 16 odd columns].
+__m256i even_then_odd(__m256i codes) {
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
+                                         12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(codes, split), 0xd8);
+}
+
+void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* out) {
+  const int64_t blocks = cols / kQuantBlock;
+  for (int64_t ch = 0; ch < chunk_count(cols); ++ch) {
+    uint8_t* o = out + ch * kActivationChunkBytes;
+    float* scales = reinterpret_cast<float*>(o + 256);
+    int32_t* corrections = reinterpret_cast<int32_t*>(o + 288);
+    __m256i codes[8];
+    for (int64_t j = 0; j < kChunkBlocks; ++j) {
+      const int64_t b = ch * kChunkBlocks + j;
+      if (b >= blocks) {  // a last, partial chunk: zero codes, scales and corrections
+        codes[j] = _mm256_setzero_si256();
+        scales[j] = 0.0f;
+        corrections[j] = 0;
+        continue;
+      }
+      int32_t sum = 0;
+      codes[j] = quantize_block(x + b * kQuantBlock, scales[j], sum);
+      if (format == WeightFormat::Q4) codes[j] = even_then_odd(codes[j]);
+      corrections[j] = format == WeightFormat::Q4 ? -8 * sum : 0;
+    }
+    transpose8x8(codes);
+    for (int k = 0; k < 8; ++k) _mm256_store_si256((__m256i*)(o + 32 * k), codes[k]);
+  }
+}
+
+// Packs rows [r0, r1), chunks [ch0, ch0 + nc) of w (plain layout) into the panel (row i at
+// panel + i * nc * 288).
+void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int64_t nc, uint8_t* panel) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  const int64_t block_bytes = w.format == WeightFormat::Q4 ? 16 : 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * w.row_stride;
+    const uint8_t* row_scales = w.scales + r * w.scale_stride;
+    uint8_t* prow = panel + (r - r0) * nc * kWeightChunkBytes;
+    for (int64_t c = 0; c < nc; ++c) {
+      const int64_t ch = ch0 + c;
+      const int64_t blocks = std::min<int64_t>(kChunkBlocks, w.cols / kQuantBlock - ch * kChunkBlocks);
+      const uint8_t* src = row + ch * kChunkBlocks * block_bytes;
+      const uint8_t* src_scales = row_scales + ch * kChunkBlocks * 2;
+      alignas(32) uint8_t tail[256];
+      alignas(16) uint8_t tail_scales[16];
+      if (blocks < kChunkBlocks) {  // never read past the row
+        std::memset(tail, 0, sizeof tail);
+        std::memset(tail_scales, 0, sizeof tail_scales);
+        std::memcpy(tail, src, size_t(blocks * block_bytes));
+        std::memcpy(tail_scales, src_scales, size_t(blocks * 2));
+        src = tail;
+        src_scales = tail_scales;
+      }
+      uint8_t* o = prow + c * kWeightChunkBytes;
+      __m256i v[8];
+      if (w.format == WeightFormat::Q8) {
+        for (int j = 0; j < 8; ++j) v[j] = _mm256_loadu_si256((const __m256i*)(src + 32 * j));
+        transpose8x8(v);
+      } else {
+        // Block j's 4 dwords of nibble pairs as lanes 0-3 of v[j]; after the transpose v[k] for
+        // k < 4 holds dword k of every block. Low nibbles are the even columns, high the odd.
+        for (int j = 0; j < 8; ++j)
+          v[j] = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)(src + 16 * j)));
+        transpose8x8(v);
+        for (int k = 0; k < 4; ++k) {
+          v[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), nibble);
+          v[k] = _mm256_and_si256(v[k], nibble);
+        }
+      }
+      for (int k = 0; k < 8; ++k) _mm256_store_si256((__m256i*)(o + 32 * k), v[k]);
+      _mm256_store_ps(reinterpret_cast<float*>(o + 256), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)src_scales)));
+    }
+  }
+}
+
+using PanelTileFn = void (*)(const uint8_t* panel, int64_t panel_row_bytes, const uint8_t* x, int64_t x_stride,
+                             int64_t chunks, float* y, int64_t y_stride, bool accumulate);
+
+// One chunk's 8 block sums of one dot product, scaled and added to its float sums; the first chunk
+// of a tile call stores instead.
+template <bool First>
+void add_block_sums(float* sums, __m256i block_sums, __m256 scales) {
+  const __m256 v = _mm256_cvtepi32_ps(block_sums);
+  _mm256_store_ps(sums, First ? _mm256_mul_ps(v, scales) : _mm256_fmadd_ps(v, scales, _mm256_load_ps(sums)));
+}
+
+float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// A chunk's int32 block sums of R rows x T tokens, scaled by weight x token scales into the float
+// sums of each dot product.
+template <bool First, int R, int T>
+void scale_chunk(const uint8_t* wc, int64_t prb, const uint8_t* xc, int64_t x_stride, const __m256i (&acc)[R][T],
+                 float* sums) {
+  __m256 dx[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) dx[t] = _mm256_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + 256));
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(wc + r * prb + 256));
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) add_block_sums<First>(sums + 8 * (r * T + t), acc[r][t], _mm256_mul_ps(dw, dx[t]));
+  }
+}
+
+template <int R, int T>
+struct Q8PanelTile {
+  template <bool First>
+  static void chunk(const uint8_t* wc, int64_t prb, const uint8_t* xc, int64_t x_stride, float* sums) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[R][T];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      __m256i wv[R], aw[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        wv[r] = _mm256_load_si256((const __m256i*)(wc + r * prb + 32 * k));
+        aw[r] = _mm256_abs_epi8(wv[r]);
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const __m256i xv = _mm256_load_si256((const __m256i*)(xc + t * x_stride + 32 * k));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m256i pairs = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xv, wv[r]));
+          acc[r][t] = _mm256_add_epi32(acc[r][t], _mm256_madd_epi16(pairs, ones));
+        }
+      }
+    }
+    scale_chunk<First>(wc, prb, xc, x_stride, acc, sums);
+  }
+};
+
+template <int R, int T>
+struct Q4PanelTile {
+  template <bool First>
+  static void chunk(const uint8_t* wc, int64_t prb, const uint8_t* xc, int64_t x_stride, float* sums) {
+    __m256i acc[R][T];  // int16 pairs of each block over the chunk
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      __m256i wv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) wv[r] = _mm256_load_si256((const __m256i*)(wc + r * prb + 32 * k));
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const __m256i xv = _mm256_load_si256((const __m256i*)(xc + t * x_stride + 32 * k));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[r][t] = _mm256_add_epi16(acc[r][t], _mm256_maddubs_epi16(wv[r], xv));
+      }
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m256i corr = _mm256_load_si256((const __m256i*)(xc + t * x_stride + 288));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm256_add_epi32(_mm256_madd_epi16(acc[r][t], ones), corr);
+    }
+    scale_chunk<First>(wc, prb, xc, x_stride, acc, sums);
+  }
+};
+
+template <template <int, int> class Tile, int R, int T>
+void run_tile(const uint8_t* panel, int64_t prb, const uint8_t* x, int64_t x_stride, int64_t chunks, float* y,
+              int64_t y_stride, bool accumulate) {
+  alignas(32) float sums[R * T * 8];
+  Tile<R, T>::template chunk<true>(panel, prb, x, x_stride, sums);
+  for (int64_t ch = 1; ch < chunks; ++ch)
+    Tile<R, T>::template chunk<false>(panel + ch * kWeightChunkBytes, prb, x + ch * kActivationChunkBytes, x_stride,
+                                      sums);
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      const float total = hsum(_mm256_load_ps(sums + 8 * (r * T + t)));
+      float* out = y + t * y_stride + r;
+      *out = accumulate ? *out + total : total;
+    }
+}
+
+struct PanelTiles {
+  PanelTileFn fn[kTileRows][kTileTokens];
+};
+
+template <template <int, int> class Tile, int R, int... Ts>
+void fill_panel_row(PanelTiles& tiles, std::integer_sequence<int, Ts...>) {
+  ((tiles.fn[R - 1][Ts] = &run_tile<Tile, R, Ts + 1>), ...);
+}
+
+template <template <int, int> class Tile, int... Rs>
+PanelTiles make_panel_tiles(std::integer_sequence<int, Rs...>) {
+  PanelTiles tiles{};
+  (fill_panel_row<Tile, Rs + 1>(tiles, std::make_integer_sequence<int, kTileTokens>{}), ...);
+  return tiles;
+}
+
+// The panel: 32-byte aligned, grow-only, one per thread.
+uint8_t* panel_buffer(size_t bytes) {
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<uint8_t, Free> buffer;
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    capacity = (bytes + 63) / 64 * 64;
+    buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(64, capacity)));
+    if (!buffer) throw std::bad_alloc();
+  }
+  return buffer.get();
+}
+
+int64_t round_down(int64_t v, int64_t m) { return v / m * m; }
+
+}  // namespace
+
+int64_t avx2_panel_stride(int64_t cols) { return chunk_count(cols) * kActivationChunkBytes; }
+
+void avx2_panel_quantize(WeightFormat format, int64_t cols, const float* x, uint8_t* out) {
+  quantize_token(format, cols, x, out);
+}
+
+void avx2_panel_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
+                       float* y, int64_t y_stride) {
+  static const PanelTiles q8 = make_panel_tiles<Q8PanelTile>(std::make_integer_sequence<int, kTileRows>{});
+  static const PanelTiles q4 = make_panel_tiles<Q4PanelTile>(std::make_integer_sequence<int, kTileRows>{});
+  if (r0 >= r1 || n <= 0) return;
+  const PanelTiles& tiles = w.format == WeightFormat::Q4 ? q4 : q8;
+  const int64_t chunks = chunk_count(w.cols);
+  const int64_t kcc = std::clamp<int64_t>(kTokenTileBytes / (kTileTokens * kActivationChunkBytes), 1, chunks);
+  const int64_t mb = std::max<int64_t>(kTileRows, round_down(kPanelBytes / (kcc * kWeightChunkBytes), kTileRows));
+  uint8_t* panel = panel_buffer(size_t(std::min(mb, r1 - r0) * kcc * kWeightChunkBytes));
+  for (int64_t ch0 = 0; ch0 < chunks; ch0 += kcc) {
+    const int64_t nc = std::min(kcc, chunks - ch0);
+    const int64_t prb = nc * kWeightChunkBytes;
+    for (int64_t b0 = r0; b0 < r1; b0 += mb) {
+      const int64_t b1 = std::min(r1, b0 + mb);
+      pack_panel(w, b0, b1, ch0, nc, panel);
+      for (int64_t t = 0; t < n; t += kTileTokens) {
+        const int tt = int(std::min<int64_t>(kTileTokens, n - t));
+        const uint8_t* xt = xq + t * xq_stride + ch0 * kActivationChunkBytes;
+        for (int64_t r = b0; r < b1; r += kTileRows) {
+          const int rr = int(std::min<int64_t>(kTileRows, b1 - r));
+          tiles.fn[rr - 1][tt - 1](panel + (r - b0) * prb, prb, xt, xq_stride, nc, y + t * y_stride + r, y_stride,
+                                   ch0 > 0);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tandem::cpu::detail
+
+#pragma GCC pop_options
