@@ -16,13 +16,14 @@
 // The weights are rearranged ("packed") a block of rows at a time into a thread-local panel that
 // stays in L2 while every token tile passes over it.
 //
-// Activation layout (per token, 320 bytes per 256-column chunk, zero past cols):
-//   8 x 32 codes (vector k, lane j: 4 codes of block j) | 8 float scales | 8 int32 corrections.
-//   Q8 codes are in column order (vector k: columns [4k, 4k + 4) of each block); Q4 codes are the
-//   16 even columns of each block in vectors 0-3 and the 16 odd ones in vectors 4-7, matching the
-//   low and high nibbles of a block's 16 weight bytes. Corrections: -8 * sum of codes for Q4, 0 for Q8.
-// Weight panel (per row, 288 bytes per chunk): 8 x 32 codes in the same order (Q8 signed, Q4
-//   unsigned 0..15) | 8 float scales.
+// Activation layout (per token): the VNNI panels' (640 bytes per 512 columns, zero past cols),
+//   so that one layout serves these panels and the one-token tiles of interleaved weights:
+//   8 x 64 codes (vector k, lane j: codes [4k, 4k + 4) of block j of 16) | 16 float scales |
+//   16 int32 corrections (-8 * sum of codes for Q4, 0 for Q8). A 256-column chunk of the panels is
+//   one 32-byte half of it: chunk c starts at 640 (c / 2) + 32 (c % 2), its vector k 64 k further
+//   on, its scales at + 512 and its corrections at + 576.
+// Weight panel (per row, 288 bytes per 256-column chunk): 8 x 32 codes in the same order (Q8
+//   signed, Q4 unsigned 0..15) | 8 float scales.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -43,7 +44,9 @@ namespace tandem::cpu::detail {
 namespace {
 
 constexpr int64_t kChunk = 256, kChunkBlocks = 8;
-constexpr int64_t kActivationChunkBytes = 320, kWeightChunkBytes = 288;
+constexpr int64_t kWeightChunkBytes = 288;
+constexpr int64_t kActivationChunkCols = 512, kActivationChunkBytes = 640;  // two panel chunks
+constexpr int64_t kActivationVectorBytes = 64, kActivationScales = 512, kActivationCorrections = 576;
 // Measured on Zen 3 (prefill of 512 tokens, one core, GOP/s): Q4 3 x 3 103-131, 2 x 4 87, 4 x 2
 // 98-105, 3 x 4 101, 2 x 6 94, 4 x 3 78; Q8 3 x 3 76-108 (it spills a register), 2 x 4 65-104,
 // 2 x 3 98, 3 x 2 79, 2 x 5 65.
@@ -52,6 +55,11 @@ constexpr int64_t kTokenTileBytes = 16 << 10;  // a token tile's activations ove
 constexpr int64_t kPanelBytes = 192 << 10;     // the packed weights of a block of rows: L2
 
 int64_t chunk_count(int64_t cols) { return (cols + kChunk - 1) / kChunk; }
+
+// Where 256-column chunk c of a token's activations starts.
+const uint8_t* activation_chunk(const uint8_t* x, int64_t c) {
+  return x + c / 2 * kActivationChunkBytes + c % 2 * 32;
+}
 
 // v[j] = the 8 dwords of block j; afterwards v[k] = dword k of every block (lane j: block j).
 void transpose8x8(__m256i (&v)[8]) {
@@ -102,19 +110,12 @@ __m256i quantize_block(const float* x, float& scale, int32_t& sum) {
   return _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// A block's codes as [16 even columns | 16 odd columns].
-__m256i even_then_odd(__m256i codes) {
-  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
-                                         12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(codes, split), 0xd8);
-}
-
 void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* out) {
   const int64_t blocks = cols / kQuantBlock;
-  for (int64_t ch = 0; ch < chunk_count(cols); ++ch) {
-    uint8_t* o = out + ch * kActivationChunkBytes;
-    float* scales = reinterpret_cast<float*>(o + 256);
-    int32_t* corrections = reinterpret_cast<int32_t*>(o + 288);
+  for (int64_t ch = 0; ch < chunk_count(cols); ++ch) {  // one half of a 512-column chunk
+    uint8_t* o = out + ch / 2 * kActivationChunkBytes + ch % 2 * 32;
+    float* scales = reinterpret_cast<float*>(o + kActivationScales);
+    int32_t* corrections = reinterpret_cast<int32_t*>(o + kActivationCorrections);
     __m256i codes[8];
     for (int64_t j = 0; j < kChunkBlocks; ++j) {
       const int64_t b = ch * kChunkBlocks + j;
@@ -126,11 +127,16 @@ void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* 
       }
       int32_t sum = 0;
       codes[j] = quantize_block(x + b * kQuantBlock, scales[j], sum);
-      if (format == WeightFormat::Q4) codes[j] = even_then_odd(codes[j]);
       corrections[j] = format == WeightFormat::Q4 ? -8 * sum : 0;
     }
     transpose8x8(codes);
-    for (int k = 0; k < 8; ++k) _mm256_store_si256((__m256i*)(o + 32 * k), codes[k]);
+    for (int k = 0; k < 8; ++k) _mm256_store_si256((__m256i*)(o + kActivationVectorBytes * k), codes[k]);
+  }
+  if (chunk_count(cols) % 2) {  // the unused half of the last 512-column chunk
+    uint8_t* o = out + chunk_count(cols) / 2 * kActivationChunkBytes + 32;
+    for (int k = 0; k < 8; ++k) _mm256_store_si256((__m256i*)(o + kActivationVectorBytes * k), _mm256_setzero_si256());
+    _mm256_store_si256((__m256i*)(o + kActivationScales), _mm256_setzero_si256());
+    _mm256_store_si256((__m256i*)(o + kActivationCorrections), _mm256_setzero_si256());
   }
 }
 
@@ -162,26 +168,26 @@ void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int6
       __m256i v[8];
       if (w.format == WeightFormat::Q8) {
         for (int j = 0; j < 8; ++j) v[j] = _mm256_loadu_si256((const __m256i*)(src + 32 * j));
-        transpose8x8(v);
       } else {
-        // Block j's 4 dwords of nibble pairs as lanes 0-3 of v[j]; after the transpose v[k] for
-        // k < 4 holds dword k of every block. Low nibbles are the even columns, high the odd.
-        for (int j = 0; j < 8; ++j)
-          v[j] = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)(src + 16 * j)));
-        transpose8x8(v);
-        for (int k = 0; k < 4; ++k) {
-          v[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), nibble);
-          v[k] = _mm256_and_si256(v[k], nibble);
+        // Byte i of a block holds column 2i (low nibble) and 2i + 1 (high): unpacked in column
+        // order, then transposed as Q8.
+        for (int j = 0; j < 8; ++j) {
+          const __m128i b = _mm_loadu_si128((const __m128i*)(src + 16 * j));
+          const __m128i lo = _mm_and_si128(b, _mm256_castsi256_si128(nibble));
+          const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm256_castsi256_si128(nibble));
+          v[j] = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
         }
       }
+      transpose8x8(v);
       for (int k = 0; k < 8; ++k) _mm256_store_si256((__m256i*)(o + 32 * k), v[k]);
       _mm256_store_ps(reinterpret_cast<float*>(o + 256), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)src_scales)));
     }
   }
 }
 
+// x: the token tile's activations from column 0; the tile reads chunks [first_chunk, + chunks).
 using PanelTileFn = void (*)(const uint8_t* panel, int64_t panel_row_bytes, const uint8_t* x, int64_t x_stride,
-                             int64_t chunks, float* y, int64_t y_stride, bool accumulate);
+                             int64_t first_chunk, int64_t chunks, float* y, int64_t y_stride, bool accumulate);
 
 // One chunk's 8 block sums of one dot product, scaled and added to its float sums; the first chunk
 // of a tile call stores instead.
@@ -205,7 +211,8 @@ void scale_chunk(const uint8_t* wc, int64_t prb, const uint8_t* xc, int64_t x_st
                  float* sums) {
   __m256 dx[T];
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) dx[t] = _mm256_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + 256));
+  for (int t = 0; t < T; ++t)
+    dx[t] = _mm256_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + kActivationScales));
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(wc + r * prb + 256));
@@ -234,7 +241,7 @@ struct Q8PanelTile {
       }
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
-        const __m256i xv = _mm256_load_si256((const __m256i*)(xc + t * x_stride + 32 * k));
+        const __m256i xv = _mm256_load_si256((const __m256i*)(xc + t * x_stride + kActivationVectorBytes * k));
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const __m256i pairs = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xv, wv[r]));
@@ -262,7 +269,7 @@ struct Q4PanelTile {
       for (int r = 0; r < R; ++r) wv[r] = _mm256_load_si256((const __m256i*)(wc + r * prb + 32 * k));
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
-        const __m256i xv = _mm256_load_si256((const __m256i*)(xc + t * x_stride + 32 * k));
+        const __m256i xv = _mm256_load_si256((const __m256i*)(xc + t * x_stride + kActivationVectorBytes * k));
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) acc[r][t] = _mm256_add_epi16(acc[r][t], _mm256_maddubs_epi16(wv[r], xv));
       }
@@ -270,7 +277,7 @@ struct Q4PanelTile {
     const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
-      const __m256i corr = _mm256_load_si256((const __m256i*)(xc + t * x_stride + 288));
+      const __m256i corr = _mm256_load_si256((const __m256i*)(xc + t * x_stride + kActivationCorrections));
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r][t] = _mm256_add_epi32(_mm256_madd_epi16(acc[r][t], ones), corr);
     }
@@ -279,13 +286,13 @@ struct Q4PanelTile {
 };
 
 template <template <int, int> class Tile, int R, int T>
-void run_tile(const uint8_t* panel, int64_t prb, const uint8_t* x, int64_t x_stride, int64_t chunks, float* y,
-              int64_t y_stride, bool accumulate) {
+void run_tile(const uint8_t* panel, int64_t prb, const uint8_t* x, int64_t x_stride, int64_t first_chunk,
+              int64_t chunks, float* y, int64_t y_stride, bool accumulate) {
   alignas(32) float sums[R * T * 8];
-  Tile<R, T>::template chunk<true>(panel, prb, x, x_stride, sums);
+  Tile<R, T>::template chunk<true>(panel, prb, activation_chunk(x, first_chunk), x_stride, sums);
   for (int64_t ch = 1; ch < chunks; ++ch)
-    Tile<R, T>::template chunk<false>(panel + ch * kWeightChunkBytes, prb, x + ch * kActivationChunkBytes, x_stride,
-                                      sums);
+    Tile<R, T>::template chunk<false>(panel + ch * kWeightChunkBytes, prb, activation_chunk(x, first_chunk + ch),
+                                      x_stride, sums);
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) {
       const float total = hsum(_mm256_load_ps(sums + 8 * (r * T + t)));
@@ -329,7 +336,9 @@ int64_t round_down(int64_t v, int64_t m) { return v / m * m; }
 
 }  // namespace
 
-int64_t avx2_panel_stride(int64_t cols) { return chunk_count(cols) * kActivationChunkBytes; }
+int64_t avx2_panel_stride(int64_t cols) {
+  return (cols + kActivationChunkCols - 1) / kActivationChunkCols * kActivationChunkBytes;
+}
 
 void avx2_panel_quantize(WeightFormat format, int64_t cols, const float* x, uint8_t* out) {
   quantize_token(format, cols, x, out);
@@ -342,7 +351,7 @@ void avx2_panel_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint
   if (r0 >= r1 || n <= 0) return;
   const PanelTiles& tiles = w.format == WeightFormat::Q4 ? q4 : q8;
   const int64_t chunks = chunk_count(w.cols);
-  const int64_t kcc = std::clamp<int64_t>(kTokenTileBytes / (kTileTokens * kActivationChunkBytes), 1, chunks);
+  const int64_t kcc = std::clamp<int64_t>(kTokenTileBytes / (kTileTokens * kActivationChunkBytes / 2), 1, chunks);
   const int64_t mb = std::max<int64_t>(kTileRows, round_down(kPanelBytes / (kcc * kWeightChunkBytes), kTileRows));
   uint8_t* panel = panel_buffer(size_t(std::min(mb, r1 - r0) * kcc * kWeightChunkBytes));
   for (int64_t ch0 = 0; ch0 < chunks; ch0 += kcc) {
@@ -353,11 +362,11 @@ void avx2_panel_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint
       pack_panel(w, b0, b1, ch0, nc, panel);
       for (int64_t t = 0; t < n; t += kTileTokens) {
         const int tt = int(std::min<int64_t>(kTileTokens, n - t));
-        const uint8_t* xt = xq + t * xq_stride + ch0 * kActivationChunkBytes;
+        const uint8_t* xt = xq + t * xq_stride;
         for (int64_t r = b0; r < b1; r += kTileRows) {
           const int rr = int(std::min<int64_t>(kTileRows, b1 - r));
-          tiles.fn[rr - 1][tt - 1](panel + (r - b0) * prb, prb, xt, xq_stride, nc, y + t * y_stride + r, y_stride,
-                                   ch0 > 0);
+          tiles.fn[rr - 1][tt - 1](panel + (r - b0) * prb, prb, xt, xq_stride, ch0, nc, y + t * y_stride + r,
+                                   y_stride, ch0 > 0);
         }
       }
     }
