@@ -171,7 +171,7 @@ TEST(InterleavedWeights, OnlyWholeChunksOfPackedRowsAndNoColumnSlices) {
   EXPECT_EQ(cpu::preferred_layout(random_matrix(WeightFormat::BF16, 2, 48, false, rng).view), WeightLayout::Plain);
   EXPECT_EQ(cpu::preferred_layout(random_matrix(WeightFormat::Q8, 2, 256, false, rng).view), WeightLayout::Plain);
   const WeightLayout q8_512 = cpu::preferred_layout(packed_copy(random_matrix(WeightFormat::Q8, 2, 512, false, rng)).view);
-  EXPECT_EQ(q8_512, k.interleaved_quantized ? WeightLayout::Interleaved : WeightLayout::Plain);
+  EXPECT_EQ(q8_512, k.interleaved_q8 ? WeightLayout::Interleaved : WeightLayout::Plain);
 }
 
 // y from cpu::matmul (threaded) and from matmul_rows on a row range, against the double reference.

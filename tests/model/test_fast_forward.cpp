@@ -294,7 +294,7 @@ TEST(ResidentWeights, InterleavedQuantizedWeightsMultiplyLikeMappedOnes) {
     auto mapped = Gemma4Checkpoint::open(dir.path(), ShardPlan{}, WeightResidency::Mapped, pool, false);
     auto resident = Gemma4Checkpoint::open(dir.path(), ShardPlan{}, WeightResidency::Resident, pool, false,
                                            cpu::preferred_layout);
-    const WeightLayout expected = k.interleaved_quantized ? WeightLayout::Interleaved : WeightLayout::Plain;
+    const WeightLayout expected = k.reads_interleaved(type) ? WeightLayout::Interleaved : WeightLayout::Plain;
     for (size_t l = 0; l < mapped->weights.layers.size(); ++l) {
       const WeightMatrix& a = mapped->weights.layers[l].down_proj;
       const WeightMatrix& b = resident->weights.layers[l].down_proj;

@@ -144,7 +144,7 @@ TEST(Bench, JsonReportsEveryKeyAndTheRooflineRatio) {
 TEST(Bench, WeightLayoutFollowsTheExpectedBatch) {
   test::TempDir q8;
   quantize_checkpoint(test::synth_checkpoint("tiny"), q8.path(), WeightFormat::Q8, false);  // down_proj: 512 columns
-  const std::string batched = cpu::active_kernels().interleaved_quantized ? "interleaved" : "plain";
+  const std::string batched = cpu::active_kernels().interleaved_q8 ? "interleaved" : "plain";
   auto layout = [&](const std::string& options) {
     auto r = test::run(tandem_cmd("bench --model " + q8.path() + " --prompt 16 --gen 2 --threads 2 --json " + options));
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -163,7 +163,8 @@ TEST(Bench, WeightLayoutFollowsTheExpectedBatch) {
   quantize_checkpoint(test::synth_checkpoint("tiny"), q4.path(), WeightFormat::Q4, false);
   auto r4 = test::run(tandem_cmd("bench --model " + q4.path() + " --prompt 16 --gen 2 --threads 2 --batch 1 --json"));
   ASSERT_EQ(r4.exit_code, 0) << r4.err;
-  EXPECT_EQ(json::parse(r4.out)["weight_layout"].get<std::string>(), batched);
+  EXPECT_EQ(json::parse(r4.out)["weight_layout"].get<std::string>(),
+            cpu::active_kernels().interleaved_q4 ? "interleaved" : "plain");
   // So does BF16, where the AVX-512 float kernels read its row groups.
   auto rb = test::run(tandem_cmd("bench --model " + test::synth_checkpoint("tiny") +
                                  " --prompt 16 --gen 2 --threads 2 --batch 1 --json"));

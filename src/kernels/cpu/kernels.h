@@ -49,13 +49,16 @@ struct KernelTable {
   // matmul_rows for Q8/Q4 weights on all n tokens from quantize_activations (same table, w.cols, n).
   void (*matmul_rows_quantized)(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
                                 int64_t xq_stride, int64_t n, float* y, int64_t y_stride);
-  // Whether matmul_rows_quantized reads Q8/Q4, and matmul_rows BF16/F16, in WeightLayout::Interleaved
+  // Whether matmul_rows_quantized reads Q8, Q4, and matmul_rows BF16/F16, in WeightLayout::Interleaved
   // (else only Plain).
-  bool interleaved_quantized = false;
+  bool interleaved_q8 = false;
+  bool interleaved_q4 = false;
   bool interleaved_float = false;
 
   bool reads_interleaved(WeightFormat format) const {
-    return is_quantized(format) ? interleaved_quantized : interleaved_float;
+    if (format == WeightFormat::Q8) return interleaved_q8;
+    if (format == WeightFormat::Q4) return interleaved_q4;
+    return interleaved_float;
   }
   bool reads_layout(const WeightMatrix& w) const {
     return w.layout == WeightLayout::Plain || reads_interleaved(w.format);

@@ -267,13 +267,15 @@ TileSet make_q4_tiles() {
 }  // namespace
 
 // From this many tokens on, packing weight panels (matmul_avx2_quant_panel.cpp) pays for itself.
-// Zen 3, two cores: E4B batches of 8 sequences q4 12.9-13.9 -> 14.9-16.5 tok/s, q8 9.9-12.2 ->
-// 11.1-12.8 through the panels; 4-6 tokens ran as fast or faster on the tiles.
-constexpr int64_t kPanelMinTokens = 8;
+// Batches of 8 sequences ran faster through them too (Zen 3, two cores, E4B: q4 12.9-13.9 ->
+// 14.9-16.5 tok/s, q8 9.9-12.2 -> 11.1-12.8), but the panels add a dot product's blocks in another
+// order than the one-token tiles, and a sequence's logits must not depend on what else is in its
+// batch (as with the VNNI kernels, which switch at the same count).
+constexpr int64_t kPanelMinTokens = 16;
 
 int64_t avx2_activation_stride(const WeightMatrix& w, int64_t n) {
   const int64_t cols = w.cols;
-  if (n >= kPanelMinTokens) return avx2_panel_stride(cols);
+  if (n >= kPanelMinTokens || w.layout == WeightLayout::Interleaved) return avx2_panel_stride(cols);
   if (w.format == WeightFormat::Q4) return q4_pair_count(cols) * kQ4PairBytes;
   return round_up_64(q8_scales_offset(cols) + cols / kQuantBlock * 4);
 }
@@ -281,7 +283,7 @@ int64_t avx2_activation_stride(const WeightMatrix& w, int64_t n) {
 void avx2_quantize_activations(const WeightMatrix& w, int64_t n, const float* x, int64_t x_stride, int64_t first,
                                int64_t count, uint8_t* out, int64_t out_stride) {
   for (int64_t i = first; i < first + count; ++i) {
-    if (n >= kPanelMinTokens)
+    if (n >= kPanelMinTokens || w.layout == WeightLayout::Interleaved)
       avx2_panel_quantize(w.format, w.cols, x + i * x_stride, out + i * out_stride);
     else if (w.format == WeightFormat::Q4)
       quantize_token_q4(w.cols, x + i * x_stride, out + i * out_stride);
@@ -298,6 +300,7 @@ void avx2_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, c
   static const TileSet q8_decode = make_q8_tiles<4, 1>();
   static const TileSet q4 = make_q4_tiles<8>();
   if (n >= kPanelMinTokens) return avx2_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
+  if (w.layout == WeightLayout::Interleaved) return avx2_interleaved_q4_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (w.format == WeightFormat::Q4) return tiled_matmul(q4, w, r0, r1, xq, xq_stride, n, y, y_stride);
   tiled_matmul(n == 1 ? q8_decode : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
 }
