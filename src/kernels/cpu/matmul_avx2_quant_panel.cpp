@@ -14,7 +14,9 @@
 //       whole chunk (8 x 2 x 15 x 127 = 30480 < 2^15), one vpmaddwd per chunk, minus 8 * sum(x)
 //       per block from the activations' precomputed corrections: two instructions per 32.
 // The weights are rearranged ("packed") a block of rows at a time into a thread-local panel that
-// stays in L2 while every token tile passes over it.
+// stays in L2 while every token tile passes over it. Q4 weights in WeightLayout::Interleaved
+// already have this order (a 64-byte vector there is two of ours): the panels only unpack them,
+// and one to fifteen tokens read them in place (avx2_interleaved_q4_matmul, at the end).
 //
 // Activation layout (per token): the VNNI panels' (640 bytes per 512 columns, zero past cols),
 //   so that one layout serves these panels and the one-token tiles of interleaved weights:
@@ -38,6 +40,8 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+
+#include "kernels/cpu/avx2_quant_helpers.h"
 
 namespace tandem::cpu::detail {
 
@@ -80,36 +84,6 @@ void transpose8x8(__m256i (&v)[8]) {
   }
 }
 
-int32_t hsum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
-
-// One block of 32 activations: int8 codes in column order (scale max|x| / 127, nearest even, as
-// every other quantized path), their scale and the sum of the codes.
-__m256i quantize_block(const float* x, float& scale, int32_t& sum) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256 v[4];
-  __m256 m = _mm256_setzero_ps();
-  for (int i = 0; i < 4; ++i) {
-    v[i] = _mm256_loadu_ps(x + 8 * i);
-    m = _mm256_max_ps(m, _mm256_and_ps(v[i], abs_mask));
-  }
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float amax = _mm_cvtss_f32(m4);
-  const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
-  __m256i q[4];
-  for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
-  scale = amax / 127.0f;
-  sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
-  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-  return _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
-
 void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* out) {
   const int64_t blocks = cols / kQuantBlock;
   for (int64_t ch = 0; ch < chunk_count(cols); ++ch) {  // one half of a 512-column chunk
@@ -125,9 +99,10 @@ void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* 
         corrections[j] = 0;
         continue;
       }
-      int32_t sum = 0;
-      codes[j] = quantize_block(x + b * kQuantBlock, scales[j], sum);
-      corrections[j] = format == WeightFormat::Q4 ? -8 * sum : 0;
+      const QuantizedBlock q = quantize_block(x + b * kQuantBlock);
+      codes[j] = q.codes;
+      scales[j] = q.scale;
+      corrections[j] = format == WeightFormat::Q4 ? -8 * q.sum : 0;
     }
     transpose8x8(codes);
     for (int k = 0; k < 8; ++k) _mm256_store_si256((__m256i*)(o + kActivationVectorBytes * k), codes[k]);
@@ -217,13 +192,6 @@ template <bool First>
 void add_block_sums(float* sums, __m256i block_sums, __m256 scales) {
   const __m256 v = _mm256_cvtepi32_ps(block_sums);
   _mm256_store_ps(sums, First ? _mm256_mul_ps(v, scales) : _mm256_fmadd_ps(v, scales, _mm256_load_ps(sums)));
-}
-
-float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // A chunk's int32 block sums of R rows x T tokens, scaled by weight x token scales into the float
