@@ -257,8 +257,12 @@ void avx2_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, c
   static const TileSet q8 = make_q8_tiles<2, 3>();
   static const TileSet q8_decode = make_q8_tiles<4, 1>();
   static const TileSet q4 = make_q4_tiles<8>();
-  if (n >= kPanelMinTokens) return avx2_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
+  // Interleaved Q4 at every token count: its 4-token tiles read the row groups in place and ran as
+  // fast as the panels at 512 tokens (E4B q4 prefill 36.6-39.2 against 35.1-42.7 tok/s on two Zen 3
+  // cores) and faster at 16-64 (180-230 against 106-162 GOP/s), and keep every token's result
+  // what it is alone.
   if (w.layout == WeightLayout::Interleaved) return avx2_interleaved_q4_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
+  if (n >= kPanelMinTokens) return avx2_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (w.format == WeightFormat::Q4) return tiled_matmul(q4, w, r0, r1, xq, xq_stride, n, y, y_stride);
   tiled_matmul(n == 1 ? q8_decode : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
 }

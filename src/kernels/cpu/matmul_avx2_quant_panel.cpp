@@ -15,8 +15,8 @@
 //       per block from the activations' precomputed corrections: two instructions per 32.
 // The weights are rearranged ("packed") a block of rows at a time into a thread-local panel that
 // stays in L2 while every token tile passes over it. Q4 weights in WeightLayout::Interleaved
-// already have this order (a 64-byte vector there is two of ours): the panels only unpack them,
-// and one to fifteen tokens read them in place (avx2_interleaved_q4_matmul, at the end).
+// already have this order (a 64-byte vector there is two of ours) and are read in place at every
+// token count (avx2_interleaved_q4_matmul, at the end).
 //
 // Activation layout (per token): the VNNI panels' (640 bytes per 512 columns, zero past cols),
 //   so that one layout serves these panels and the one-token tiles of interleaved weights:
@@ -115,33 +115,11 @@ void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* 
   }
 }
 
-// Chunk ch of an interleaved Q4 row (kernels/weight.h) is one half of its 512-column chunk: the
-// half's 32 bytes of 64-byte vector k hold panel vector k in the low nibbles and k + 4 in the high.
-void pack_interleaved_q4_chunk(const WeightMatrix& w, int64_t r, int64_t ch, uint8_t* o) {
-  const __m256i nibble = _mm256_set1_epi8(0x0f);
-  const int64_t rows = interleaved_group_rows(w, r), half = ch % 2;
-  const uint8_t* chunk = interleaved_group_chunk(w, r, ch / 2);
-  const uint8_t* v0 = chunk + 64 * (r % kInterleaveRows) + 32 * half;  // vector k at + 64 k rows
-  for (int k = 0; k < 4; ++k) {
-    const __m256i v = _mm256_loadu_si256((const __m256i*)(v0 + 64 * k * rows));
-    _mm256_store_si256((__m256i*)(o + 32 * k), _mm256_and_si256(v, nibble));
-    _mm256_store_si256((__m256i*)(o + 32 * (k + 4)), _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
-  }
-  const uint8_t* scales = chunk + 64 * 4 * rows + 32 * (r % kInterleaveRows) + 16 * half;
-  _mm256_store_ps(reinterpret_cast<float*>(o + 256), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)scales)));
-}
-
-// Packs rows [r0, r1), chunks [ch0, ch0 + nc) of w into the panel (row i at panel + i * nc * 288).
-// Plain Q8/Q4, or interleaved Q4.
+// Packs rows [r0, r1), chunks [ch0, ch0 + nc) of w (plain layout) into the panel (row i at
+// panel + i * nc * 288).
 void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int64_t nc, uint8_t* panel) {
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   const int64_t block_bytes = w.format == WeightFormat::Q4 ? 16 : 32;
-  if (w.layout == WeightLayout::Interleaved) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t c = 0; c < nc; ++c)
-        pack_interleaved_q4_chunk(w, r, ch0 + c, panel + ((r - r0) * nc + c) * kWeightChunkBytes);
-    return;
-  }
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data + r * w.row_stride;
     const uint8_t* row_scales = w.scales + r * w.scale_stride;
