@@ -199,7 +199,7 @@ struct Q8PanelTile {
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_si256();
-#pragma GCC unroll 8
+#pragma GCC unroll 1  // unrolled, GCC computes the products first and spills them
     for (int k = 0; k < 8; ++k) {
       __m256i wv[R], aw[R];
 #pragma GCC unroll 8
@@ -230,7 +230,7 @@ struct Q4PanelTile {
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_si256();
-#pragma GCC unroll 8
+#pragma GCC unroll 1  // as above
     for (int k = 0; k < 8; ++k) {
       __m256i wv[R];
 #pragma GCC unroll 8
