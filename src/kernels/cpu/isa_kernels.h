@@ -16,7 +16,8 @@ void quantize_then_matmul_rows(const KernelTable& k, const WeightMatrix& w, int6
                                int64_t x_stride, int64_t n, float* y, int64_t y_stride);
 
 // 64-byte aligned, grow-only float scratch of the calling thread, one per slot (0-3): the float
-// prefill panels keep their packed weights and activations here (dispatch.cpp).
+// prefill panels keep their packed weights and activations here (slots 0, 1), the quantized
+// panels their packed weights (slot 2) (dispatch.cpp).
 float* thread_scratch_floats(int slot, size_t floats);
 
 // Float weights (F32/F16/BF16), x float32 rows.

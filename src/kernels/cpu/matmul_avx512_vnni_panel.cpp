@@ -19,10 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <new>
 #include <utility>
 
 #include "kernels/cpu/isa_kernels.h"
@@ -276,20 +273,8 @@ PanelTiles make_panel_tiles(std::integer_sequence<int, Rs...>) {
   return tiles;
 }
 
-// The panel: 64-byte aligned, grow-only, one per thread.
-uint8_t* panel_buffer(size_t bytes) {
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  thread_local std::unique_ptr<uint8_t, Free> buffer;
-  thread_local size_t capacity = 0;
-  if (bytes > capacity) {
-    capacity = (bytes + 63) / 64 * 64;
-    buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(64, capacity)));
-    if (!buffer) throw std::bad_alloc();
-  }
-  return buffer.get();
-}
+// The panel: 64-byte aligned, grow-only, one per thread (the float panels use slots 0 and 1).
+uint8_t* panel_buffer(size_t bytes) { return reinterpret_cast<uint8_t*>(thread_scratch_floats(2, (bytes + 3) / 4)); }
 
 int64_t round_down(int64_t v, int64_t m) { return v / m * m; }
 
