@@ -16,10 +16,10 @@
 // The weights are rearranged ("packed") a block of rows at a time into a thread-local panel that
 // stays in L2 while every token tile passes over it. Q4 weights in WeightLayout::Interleaved
 // already have this order (a 64-byte vector there is two of ours) and are read in place at every
-// token count (avx2_interleaved_q4_matmul, at the end).
+// token count (avx2_interleaved_q4_matmul, at the end, in tiles of up to 4 tokens).
 //
 // Activation layout (per token): the VNNI panels' (640 bytes per 512 columns, zero past cols),
-//   so that one layout serves these panels and the one-token tiles of interleaved weights:
+//   so that one layout serves these panels and the tiles of interleaved Q4 weights:
 //   8 x 64 codes (vector k, lane j: codes [4k, 4k + 4) of block j of 16) | 16 float scales |
 //   16 int32 corrections (-8 * sum of codes for Q4, 0 for Q8). A 256-column chunk of the panels is
 //   one 32-byte half of it: chunk c starts at 640 (c / 2) + 32 (c % 2), its vector k 64 k further
@@ -297,15 +297,16 @@ void interleaved_q4_group(const WeightMatrix& w, int64_t first_row, const uint8_
                           float (&out)[T][kInterleaveRows]) {
   const __m256i nibble = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   const int64_t chunks = w.cols / kActivationChunkCols;
+  constexpr int64_t kRowChunkBytes = 256 + 32;  // a Q4 row's codes and f16 scales per chunk
   const uint8_t* p = interleaved_group_chunk(w, first_row, 0);
   alignas(32) float sums[T][G][16] = {};
-  for (int64_t ch = 0; ch < chunks; ++ch, p += G * (256 + 32)) {
+  for (int64_t ch = 0; ch < chunks; ++ch, p += G * kRowChunkBytes) {
     const uint8_t* xc = x + ch * kActivationChunkBytes;
     // The chunk after next, a line at a time: in the order the loop below reads (row by row,
     // jumping between vectors) the hardware prefetchers fell behind (one Zen 3 core, E4B shapes:
     // 12 GB/s without, 15-17 with).
-    for (int l = 0; l < G * (256 + 32) / 64; ++l)
-      _mm_prefetch((const char*)(p + 2 * G * (256 + 32) + 64 * l), _MM_HINT_T0);
+    for (int l = 0; l < G * kRowChunkBytes / 64; ++l)
+      _mm_prefetch((const char*)(p + 2 * G * kRowChunkBytes + 64 * l), _MM_HINT_T0);
     // One row's half at a time, its vectors in order and not unrolled: with all 2G accumulators
     // of a token live, or the 4 vectors unrolled for 4 tokens, GCC computed every product first
     // and spilled them (Batch8/q4i on two Zen 3 cores: 169-187 GOP/s unrolled, 247-262 not).
