@@ -16,7 +16,7 @@
 // The weights are rearranged ("packed") a block of rows at a time into a thread-local panel that
 // stays in L2 while every token tile passes over it. Q4 weights in WeightLayout::Interleaved
 // already have this order (a 64-byte vector there is two of ours) and are read in place at every
-// token count (avx2_interleaved_q4_matmul, at the end, in tiles of up to 4 tokens).
+// token count (avx2_interleaved_q4_matmul, at the end, in tiles of up to 8 tokens).
 //
 // Activation layout (per token): the VNNI panels' (640 bytes per 512 columns, zero past cols),
 //   so that one layout serves these panels and the tiles of interleaved Q4 weights:
@@ -162,11 +162,12 @@ void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int6
 // registers and kept two accumulators on the stack: every k step then waited on a store and a
 // reload of each (Zen 3: 16 MAC/cycle instead of ~30). Volatile keeps the steps in program order,
 // so one temporary serves them all; the core reorders them itself.
-inline __m256i add_products(__m256i acc, __m256i u, __m256i s) {
+// s may stay in memory (the activations, read straight from L1).
+inline __m256i add_products(__m256i acc, __m256i u, const __m256i& s) {
   __m256i p;
   asm volatile("vpmaddubsw %[s], %[u], %[p]\n\tvpaddw %[p], %[acc], %[acc]"
                : [acc] "+x"(acc), [p] "=&x"(p)
-               : [u] "x"(u), [s] "x"(s));
+               : [u] "x"(u), [s] "xm"(s));
   return acc;
 }
 
@@ -334,30 +335,29 @@ void interleaved_q4_group(const WeightMatrix& w, int64_t first_row, const uint8_
     // 12 GB/s without, 15-17 with).
     for (int l = 0; l < G * kRowChunkBytes / 64; ++l)
       _mm_prefetch((const char*)(p + 2 * G * kRowChunkBytes + 64 * l), _MM_HINT_T0);
-    // One row's half at a time, its vectors in order and not unrolled: with all 2G accumulators
-    // of a token live, or the 4 vectors unrolled for 4 tokens, GCC computed every product first
-    // and spilled them (Batch8/q4i on two Zen 3 cores: 169-187 GOP/s unrolled, 247-262 not).
+    // One row's half at a time, its vectors in order and not unrolled, the products added in asm
+    // steps (add_products): with all 2G accumulators of a token live, or the 4 vectors unrolled,
+    // or plain intrinsics for 8 tokens, GCC computed every product first and spilled them.
 #pragma GCC unroll 4
     for (int i = 0; i < G; ++i)
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         __m256i acc[T];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_si256();
 #pragma GCC unroll 1
         for (int k = 0; k < 4; ++k) {
           const __m256i v = _mm256_loadu_si256((const __m256i*)(p + 64 * (k * G + i) + 32 * h));
           const __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
           for (int t = 0; t < T; ++t) {
             const uint8_t* xt = xc + t * x_stride;
-            acc[t] = _mm256_add_epi16(acc[t], _mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i*)(xt + 64 * k + 32 * h))));
-            acc[t] = _mm256_add_epi16(
-                acc[t], _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i*)(xt + 64 * (k + 4) + 32 * h))));
+            acc[t] = add_products(acc[t], lo, *reinterpret_cast<const __m256i*>(xt + 64 * k + 32 * h));
+            acc[t] = add_products(acc[t], hi, *reinterpret_cast<const __m256i*>(xt + 64 * (k + 4) + 32 * h));
           }
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 64 * 4 * G + 32 * i + 16 * h)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
           const uint8_t* xt = xc + t * x_stride;
           const __m256i corr = _mm256_load_si256((const __m256i*)(xt + kActivationCorrections + 32 * h));
@@ -433,15 +433,21 @@ void avx2_panel_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint
   }
 }
 
+constexpr int64_t kInterleavedTileTokens = 8;
+
 void avx2_interleaved_q4_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride,
                                 int64_t n, float* y, int64_t y_stride) {
-  // A whole group at a time, the tokens over it in tiles of up to 4 while its rows sit in L1/L2;
+  // A whole group at a time, the tokens over it in tiles of up to 8 while its rows sit in L1/L2;
   // rows of a group outside [r0, r1) are computed and not stored.
   for (int64_t g0 = r0 / kInterleaveRows * kInterleaveRows; g0 < r1; g0 += kInterleaveRows) {
-    for (int64_t t = 0; t < n; t += 4) {
+    for (int64_t t = 0; t < n; t += kInterleavedTileTokens) {
       const uint8_t* x = xq + t * xq_stride;
       float* yt = y + t * y_stride;
-      switch (std::min<int64_t>(4, n - t)) {
+      switch (std::min<int64_t>(kInterleavedTileTokens, n - t)) {
+        case 8: interleaved_q4_tokens<8>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
+        case 7: interleaved_q4_tokens<7>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
+        case 6: interleaved_q4_tokens<6>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
+        case 5: interleaved_q4_tokens<5>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
         case 4: interleaved_q4_tokens<4>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
         case 3: interleaved_q4_tokens<3>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
         case 2: interleaved_q4_tokens<2>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
