@@ -41,9 +41,11 @@ void paged_attention(ThreadPool& pool, const KernelTable& k, const AttentionBatc
   int heads[kMaxHeads];
   int max_heads = 0;
   for (int g = 0; g < b.kv.kv_heads; ++g) max_heads = std::max(max_heads, heads_of(b, g, heads));
+  const bool avx2 = k.isa == Isa::Avx2 || k.isa == Isa::Avx512;
   const attention::ItemKernel kernel = k.isa == Isa::Avx512 && attention::avx512_item_supported(b.kv)
                                            ? attention::avx512_item
-                                           : attention::generic_item;
+                                       : avx2 && attention::avx2_item_supported(b.kv) ? attention::avx2_item
+                                                                                      : attention::generic_item;
 
   // Sized by the batch's shape, not its tokens; kept per calling thread so that steady-state
   // steps allocate nothing. References, so that the pool's threads read the caller's lists.

@@ -42,5 +42,9 @@ void generic_item(const KernelTable& k, const AttentionBatch& b, const WorkItem&
 // avx512_item_supported() first.
 void avx512_item(const KernelTable& k, const AttentionBatch& b, const WorkItem& item, State* states, float* scratch);
 bool avx512_item_supported(const KvLayerView& kv);
+// AVX2 + FMA (also on AVX-512 CPUs for layouts the AVX-512 kernel does not take), for KV blocks of
+// 16 keys and head sizes divisible by 8.
+void avx2_item(const KernelTable& k, const AttentionBatch& b, const WorkItem& item, State* states, float* scratch);
+bool avx2_item_supported(const KvLayerView& kv);
 
 }  // namespace tandem::cpu::attention

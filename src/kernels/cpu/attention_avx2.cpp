@@ -1,0 +1,198 @@
+// The AVX2 attention item kernel: attention_avx512.cpp's algorithm (read that first) at 8 lanes.
+// A block's 16 transposed keys are two registers per dimension, so 4 queries share each pass over
+// a block's keys (8 score accumulators); the masked max, the exponentials and their sum run on the
+// block's 16 scores as two vectors.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/attention_item.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace tandem::cpu::attention {
+
+namespace {
+
+constexpr int kBlock = 16;
+constexpr int kQueries = 4;  // queries sharing a pass over the keys
+
+// Local helpers rather than std::min/max (see attention_avx512.cpp).
+inline int imin(int a, int b) { return a < b ? a : b; }
+inline int imax(int a, int b) { return a > b ? a : b; }
+
+// exp(x) for x <= 0, as in attention_avx512.cpp, with 2^n put into the exponent bits. Inputs are
+// clamped at -86 so that the exponent stays normal (exp(-86) ~ 4e-38: nothing next to the block's
+// maximum, whose weight is 1).
+inline __m256 exp_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-86.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i scale = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), scale));
+}
+
+template <KvDType T>
+inline __m256 load8(const void* base, int64_t offset);
+template <>
+inline __m256 load8<KvDType::F32>(const void* base, int64_t offset) {
+  return _mm256_loadu_ps(static_cast<const float*>(base) + offset);
+}
+template <>
+inline __m256 load8<KvDType::BF16>(const void* base, int64_t offset) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + offset));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+template <KvDType T>
+constexpr int64_t kvsize() {
+  return T == KvDType::F32 ? 4 : 2;
+}
+template <KvDType T>
+const char* element_address(const void* base, int64_t offset) {
+  return static_cast<const char*>(base) + offset * kvsize<T>();
+}
+
+// Lanes [first, last] of a block's 16 (half h: lanes 8h..8h+7) as an all-ones mask.
+inline __m256 lane_mask(int first, int last, int h) {
+  const __m256i lane = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(8 * h));
+  const __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(first), lane),
+                                         _mm256_cmpgt_epi32(_mm256_set1_epi32(last + 1), lane));
+  return _mm256_castsi256_ps(in);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <KvDType T>
+void run(const AttentionBatch& b, const WorkItem& item, State* states) {
+  const KvSequence& seq = b.sequences[size_t(item.seq)];
+  const KvLayerView& kv = b.kv;
+  const int D = kv.head_dim;
+  int heads[kMaxHeads];
+  const int n_heads = heads_of(b, item.kv_head, heads);
+  const int rows = item.row_end - item.row_begin;
+  const int nq = rows * n_heads;
+  const float* qp[kRowTile * kMaxHeads];
+  int lo[kRowTile * kMaxHeads], hi[kRowTile * kMaxHeads];  // visible key range of each query
+  for (int r = 0; r < rows; ++r) {
+    const int p = seq.positions[item.row_begin + r];
+    const int64_t row = seq.first_row + item.row_begin + r;
+    for (int i = 0; i < n_heads; ++i) {
+      const int q = r * n_heads + i;
+      qp[q] = b.q + row * b.q_stride + int64_t(heads[i]) * D;
+      lo[q] = imax(item.key_begin, b.window > 0 ? p - b.window + 1 : 0);
+      hi[q] = imin(p, item.key_end - 1);
+      states[q].max = -INFINITY;
+      states[q].sum = 0.0f;
+      std::memset(states[q].acc, 0, size_t(D) * sizeof(float));
+    }
+  }
+  alignas(32) float scores[kBlock];
+  alignas(32) float weights[kQueries][kBlock];
+  for (int q0 = 0; q0 < nq; q0 += kQueries) {
+    const int qc = imin(kQueries, nq - q0);
+    int chunk_lo = item.key_end, chunk_hi = -1;
+    for (int c = 0; c < qc; ++c) {
+      chunk_lo = imin(chunk_lo, lo[q0 + c]);
+      chunk_hi = imax(chunk_hi, hi[q0 + c]);
+    }
+    const int last_blk = chunk_hi / kBlock;
+    for (int blk = chunk_lo / kBlock; chunk_hi >= chunk_lo && blk <= last_blk; ++blk) {
+      const int64_t phys = seq.blocks[blk - seq.first_logical_block];
+      const int64_t k0 = kv.key_offset(phys, item.kv_head, 0, 0);
+      const int64_t v0 = kv.value_offset(phys, item.kv_head, 0);
+      const int64_t next_phys = blk < last_blk ? seq.blocks[blk + 1 - seq.first_logical_block] : phys;
+      const char* next_keys = element_address<T>(kv.keys, kv.key_offset(next_phys, item.kv_head, 0, 0));
+      const char* next_values = element_address<T>(kv.values, kv.value_offset(next_phys, item.kv_head, 0));
+      const bool prefetch_next = blk < last_blk;
+      __m256 s[kQueries][2];
+      for (int c = 0; c < kQueries; ++c) s[c][0] = s[c][1] = _mm256_setzero_ps();
+      for (int d = 0; d < D; ++d) {
+        if (prefetch_next) _mm_prefetch(next_keys + int64_t(d) * kBlock * kvsize<T>(), _MM_HINT_T1);
+        const __m256 keys_lo = load8<T>(kv.keys, k0 + int64_t(d) * kBlock);
+        const __m256 keys_hi = load8<T>(kv.keys, k0 + int64_t(d) * kBlock + 8);
+#pragma GCC unroll 4
+        for (int c = 0; c < kQueries; ++c)
+          if (c < qc) {
+            const __m256 q = _mm256_set1_ps(qp[q0 + c][d]);
+            s[c][0] = _mm256_fmadd_ps(q, keys_lo, s[c][0]);
+            s[c][1] = _mm256_fmadd_ps(q, keys_hi, s[c][1]);
+          }
+      }
+      const int base = blk * kBlock;
+      for (int c = 0; c < qc; ++c) {
+        const int first = imax(lo[q0 + c] - base, 0), last = imin(hi[q0 + c] - base, kBlock - 1);
+        if (first > last) {
+          std::memset(weights[c], 0, sizeof weights[c]);
+          continue;
+        }
+        _mm256_store_ps(scores, s[c][0]);
+        _mm256_store_ps(scores + 8, s[c][1]);
+        float block_max = scores[first];
+        for (int j = first + 1; j <= last; ++j) block_max = scores[j] > block_max ? scores[j] : block_max;
+        State& st = states[q0 + c];
+        if (block_max > st.max) {
+          const float rescale = std::exp(st.max - block_max);  // 0 on the first visible block
+          st.sum *= rescale;
+          const __m256 r = _mm256_set1_ps(rescale);
+          for (int d = 0; d < D; d += 8) _mm256_storeu_ps(st.acc + d, _mm256_mul_ps(_mm256_loadu_ps(st.acc + d), r));
+          st.max = block_max;
+        }
+        const __m256 m = _mm256_set1_ps(st.max);
+        const __m256 e0 = _mm256_and_ps(lane_mask(first, last, 0), exp_nonpositive(_mm256_sub_ps(s[c][0], m)));
+        const __m256 e1 = _mm256_and_ps(lane_mask(first, last, 1), exp_nonpositive(_mm256_sub_ps(s[c][1], m)));
+        st.sum += hsum(_mm256_add_ps(e0, e1));
+        _mm256_store_ps(weights[c], e0);
+        _mm256_store_ps(weights[c] + 8, e1);
+      }
+      // Only slots some query of the chunk can see (see attention_avx512.cpp).
+      const int slot_lo = imax(chunk_lo - base, 0), slot_hi = imin(chunk_hi - base, kBlock - 1);
+      for (int d = 0; d < D; d += 8) {
+        __m256 acc[kQueries];
+        for (int c = 0; c < qc; ++c) acc[c] = _mm256_loadu_ps(states[q0 + c].acc + d);
+        for (int slot = slot_lo; slot <= slot_hi; ++slot) {
+          if (prefetch_next) _mm_prefetch(next_values + (int64_t(slot) * D + d) * kvsize<T>(), _MM_HINT_T1);
+          const __m256 v = load8<T>(kv.values, v0 + int64_t(slot) * D + d);
+#pragma GCC unroll 4
+          for (int c = 0; c < kQueries; ++c)
+            if (c < qc) acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(weights[c][slot]), v, acc[c]);
+        }
+        for (int c = 0; c < qc; ++c) _mm256_storeu_ps(states[q0 + c].acc + d, acc[c]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool avx2_item_supported(const KvLayerView& kv) { return kv.block_size == kBlock && kv.head_dim % 8 == 0; }
+
+void avx2_item(const KernelTable&, const AttentionBatch& b, const WorkItem& item, State* states, float*) {
+  if (b.kv.dtype == KvDType::F32) run<KvDType::F32>(b, item, states);
+  else run<KvDType::BF16>(b, item, states);
+}
+
+}  // namespace tandem::cpu::attention
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
