@@ -73,32 +73,15 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
   const KvSequence& seq = b.sequences[size_t(item.seq)];
   const KvLayerView& kv = b.kv;
   const int D = kv.head_dim;
-  int heads[kMaxHeads];
-  const int n_heads = heads_of(b, item.kv_head, heads);
-  const int rows = item.row_end - item.row_begin;
-  const int nq = rows * n_heads;
-  const float* qp[kRowTile * kMaxHeads];
-  int lo[kRowTile * kMaxHeads], hi[kRowTile * kMaxHeads];  // visible key range of each query
-  for (int r = 0; r < rows; ++r) {
-    const int p = seq.positions[item.row_begin + r];
-    const int64_t row = seq.first_row + item.row_begin + r;
-    for (int i = 0; i < n_heads; ++i) {
-      const int q = r * n_heads + i;
-      qp[q] = b.q + row * b.q_stride + int64_t(heads[i]) * D;
-      lo[q] = imax(item.key_begin, b.window > 0 ? p - b.window + 1 : 0);
-      hi[q] = imin(p, item.key_end - 1);
-      states[q].max = -INFINITY;
-      states[q].sum = 0.0f;
-      std::memset(states[q].acc, 0, size_t(D) * sizeof(float));
-    }
-  }
+  ItemQueries queries;
+  item_queries(b, item, states, queries);
   alignas(64) float weights[kQueries][kBlock];
-  for (int q0 = 0; q0 < nq; q0 += kQueries) {
-    const int qc = imin(kQueries, nq - q0);
+  for (int q0 = 0; q0 < queries.count; q0 += kQueries) {
+    const int qc = imin(kQueries, queries.count - q0);
     int chunk_lo = item.key_end, chunk_hi = -1;
     for (int c = 0; c < qc; ++c) {
-      chunk_lo = imin(chunk_lo, lo[q0 + c]);
-      chunk_hi = imax(chunk_hi, hi[q0 + c]);
+      chunk_lo = imin(chunk_lo, queries.lo[q0 + c]);
+      chunk_hi = imax(chunk_hi, queries.hi[q0 + c]);
     }
     const int last_blk = chunk_hi / kBlock;
     for (int blk = chunk_lo / kBlock; chunk_hi >= chunk_lo && blk <= last_blk; ++blk) {
@@ -118,11 +101,11 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
         const __m512 keys = load16<T>(kv.keys, k0 + int64_t(d) * kBlock);
 #pragma GCC unroll 8
         for (int c = 0; c < kQueries; ++c)
-          if (c < qc) s[c] = _mm512_fmadd_ps(_mm512_set1_ps(qp[q0 + c][d]), keys, s[c]);
+          if (c < qc) s[c] = _mm512_fmadd_ps(_mm512_set1_ps(queries.q[q0 + c][d]), keys, s[c]);
       }
       const int base = blk * kBlock;
       for (int c = 0; c < qc; ++c) {
-        const int first = imax(lo[q0 + c] - base, 0), last = imin(hi[q0 + c] - base, kBlock - 1);
+        const int first = imax(queries.lo[q0 + c] - base, 0), last = imin(queries.hi[q0 + c] - base, kBlock - 1);
         if (first > last) {
           std::memset(weights[c], 0, sizeof weights[c]);
           continue;

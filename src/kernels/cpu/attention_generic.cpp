@@ -1,4 +1,5 @@
 // The portable attention item kernel: one key at a time, through the kernel table's dot and axpy.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -12,6 +13,27 @@ int heads_of(const AttentionBatch& b, int kv_head, int* heads) {
   for (int h = 0; h < b.q_heads; ++h)
     if ((b.q_first + h) / b.group - b.kv_first == kv_head) heads[n++] = h;
   return n;
+}
+
+void item_queries(const AttentionBatch& b, const WorkItem& item, State* states, ItemQueries& out) {
+  const KvSequence& seq = b.sequences[size_t(item.seq)];
+  const int D = b.kv.head_dim;
+  int heads[kMaxHeads];
+  const int n_heads = heads_of(b, item.kv_head, heads);
+  out.count = (item.row_end - item.row_begin) * n_heads;
+  for (int r = 0; r < item.row_end - item.row_begin; ++r) {
+    const int p = seq.positions[item.row_begin + r];
+    const int64_t row = seq.first_row + item.row_begin + r;
+    for (int i = 0; i < n_heads; ++i) {
+      const int q = r * n_heads + i;
+      out.q[q] = b.q + row * b.q_stride + int64_t(heads[i]) * D;
+      out.lo[q] = std::max(item.key_begin, b.window > 0 ? p - b.window + 1 : 0);
+      out.hi[q] = std::min(p, item.key_end - 1);
+      states[q].max = -INFINITY;
+      states[q].sum = 0.0f;
+      std::memset(states[q].acc, 0, size_t(D) * sizeof(float));
+    }
+  }
 }
 
 namespace {

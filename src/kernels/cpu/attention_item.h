@@ -29,6 +29,18 @@ struct State {
 // The local query heads that read `kv_head`; returns how many.
 int heads_of(const AttentionBatch& b, int kv_head, int* heads);
 
+// The item's queries, row-major over (row, query head of the KV head): where each query vector is
+// and the key positions [lo, hi] it sees within the item (lo > hi: none).
+struct ItemQueries {
+  int count;
+  const float* q[kRowTile * kMaxHeads];
+  int lo[kRowTile * kMaxHeads];
+  int hi[kRowTile * kMaxHeads];
+};
+
+// Fills `out` for the item and resets states[0, out.count) (max -inf, sum 0, acc zero).
+void item_queries(const AttentionBatch& b, const WorkItem& item, State* states, ItemQueries& out);
+
 // Whether query position p sees key position j.
 inline bool visible(const AttentionBatch& b, int p, int j) { return j <= p && (b.window == 0 || j > p - b.window); }
 
