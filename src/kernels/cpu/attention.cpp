@@ -34,6 +34,13 @@ void write_output(const KernelTable& k, const AttentionBatch& b, const WorkItem&
   }
 }
 
+// The widest item kernel this table's CPU runs for the cache's layout.
+attention::ItemKernel item_kernel(const KernelTable& k, const KvLayerView& kv) {
+  if (k.isa == Isa::Avx512 && attention::avx512_item_supported(kv)) return attention::avx512_item;
+  if ((k.isa == Isa::Avx512 || k.isa == Isa::Avx2) && attention::avx2_item_supported(kv)) return attention::avx2_item;
+  return attention::generic_item;
+}
+
 }  // namespace
 
 void paged_attention(ThreadPool& pool, const KernelTable& k, const AttentionBatch& b, std::vector<float>& scratch) {
@@ -41,11 +48,7 @@ void paged_attention(ThreadPool& pool, const KernelTable& k, const AttentionBatc
   int heads[kMaxHeads];
   int max_heads = 0;
   for (int g = 0; g < b.kv.kv_heads; ++g) max_heads = std::max(max_heads, heads_of(b, g, heads));
-  const bool avx2 = k.isa == Isa::Avx2 || k.isa == Isa::Avx512;
-  const attention::ItemKernel kernel = k.isa == Isa::Avx512 && attention::avx512_item_supported(b.kv)
-                                           ? attention::avx512_item
-                                       : avx2 && attention::avx2_item_supported(b.kv) ? attention::avx2_item
-                                                                                      : attention::generic_item;
+  const attention::ItemKernel kernel = item_kernel(k, b.kv);
 
   // Sized by the batch's shape, not its tokens; kept per calling thread so that steady-state
   // steps allocate nothing. References, so that the pool's threads read the caller's lists.
