@@ -107,7 +107,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
 void add_weight_layout_option(CLI::App& cmd, std::string& option) {
   cmd.add_option("--weight-layout", option,
                  "Resident weights in memory: plain (the checkpoint's order), interleaved (row groups where this "
-                 "CPU's kernels read them: BF16 with AVX-512, Q8 with AVX-512 VNNI, Q4 with AVX2 or AVX-512; fastest for "
+                 "CPU's kernels read them: BF16 with AVX-512, Q8 and Q4 with AVX2 or AVX-512; fastest for "
                  "batches, Q4 and BF16), or auto: interleaved except for Q8 when only one sequence decodes at once")
       ->check(CLI::IsMember({"auto", "plain", "interleaved"}))
       ->capture_default_str();

@@ -164,7 +164,7 @@ KernelTable make_table() {
   t.quantized_activation_stride = detail::avx2_activation_stride;
   t.quantize_activations = detail::avx2_quantize_activations;
   t.matmul_rows_quantized = detail::avx2_matmul_rows_quantized;
-  t.interleaved_q4 = true;
+  t.interleaved_q8 = t.interleaved_q4 = true;
   return t;
 }
 

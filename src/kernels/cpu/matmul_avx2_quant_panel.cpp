@@ -14,12 +14,12 @@
 //       whole chunk (8 x 2 x 15 x 127 = 30480 < 2^15), one vpmaddwd per chunk, minus 8 * sum(x)
 //       per block from the activations' precomputed corrections: two instructions per 32.
 // The weights are rearranged ("packed") a block of rows at a time into a thread-local panel that
-// stays in L2 while every token tile passes over it. Q4 weights in WeightLayout::Interleaved
-// already have this order (a 64-byte vector there is two of ours) and are read in place at every
-// token count (avx2_interleaved_q4_matmul, at the end, in tiles of up to 8 tokens).
+// stays in L2 while every token tile passes over it. Weights in WeightLayout::Interleaved already
+// have this order (a 64-byte vector there is two of ours) and are read in place at every token
+// count instead (matmul_avx2_interleaved.cpp).
 //
 // Activation layout (per token): the VNNI panels' (640 bytes per 512 columns, zero past cols),
-//   so that one layout serves these panels and the tiles of interleaved Q4 weights:
+//   so that one layout serves these panels and the tiles of interleaved weights:
 //   8 x 64 codes (vector k, lane j: codes [4k, 4k + 4) of block j of 16) | 16 float scales |
 //   16 int32 corrections (-8 * sum of codes for Q4, 0 for Q8). A 256-column chunk of the panels is
 //   one 32-byte half of it: chunk c starts at 640 (c / 2) + 32 (c % 2), its vector k 64 k further
@@ -46,8 +46,6 @@ namespace {
 
 constexpr int64_t kChunk = 256, kChunkBlocks = 8;
 constexpr int64_t kWeightChunkBytes = 288;
-constexpr int64_t kActivationChunkCols = 512, kActivationChunkBytes = 640;  // two panel chunks
-constexpr int64_t kActivationVectorBytes = 64, kActivationScales = 512, kActivationCorrections = 576;
 // Measured on Zen 3 (prefill of 512 tokens, one core, GOP/s): Q4 3 x 3 103-131, 2 x 4 87, 4 x 2
 // 98-105, 3 x 4 101, 2 x 6 94, 4 x 3 78; Q8 3 x 3 76-108 (it spills a register), 2 x 4 65-104,
 // 2 x 3 98, 3 x 2 79, 2 x 5 65.
@@ -112,9 +110,47 @@ void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* 
   }
 }
 
-// Packs rows [r0, r1), chunks [ch0, ch0 + nc) of w (plain layout) into the panel (row i at
-// panel + i * nc * 288).
+// Packs rows [r0, r1), chunks [ch0, ch0 + nc) of w (Interleaved) into the panel: a panel chunk
+// is one 32-byte half of each 64-byte vector of an interleaved chunk (blocks 0-7 or 8-15), so this
+// is a copy; Q8 codes go back to signed, and Q4's vectors k and k + 4 are one vector's low and
+// high nibbles. A row group at a time, its vectors in address order: row by row, the reads jumped
+// through each group and packing took a third of a 16-token Q8 matmul (`kernels_bench
+// Prefill/q8i`, TANDEM_BENCH_TOKENS=16, two Zen 3 cores: 80-111 against 116-133 GOP/s from plain
+// weights; now 131-140 against 121-152).
+void pack_interleaved_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int64_t nc, uint8_t* panel) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(char(0x80));
+  const bool q8 = w.format == WeightFormat::Q8;
+  const int64_t vectors = q8 ? 8 : 4, row_chunk_bytes = interleaved_chunk_row_bytes(w.format);
+  for (int64_t g0 = r0 / kInterleaveRows * kInterleaveRows; g0 < r1; g0 += kInterleaveRows) {
+    const int64_t rows = interleaved_group_rows(w, g0);
+    const int64_t i0 = std::max<int64_t>(r0 - g0, 0), i1 = std::min(rows, r1 - g0);
+    const uint8_t* group = interleaved_group_chunk(w, g0, 0);
+    for (int64_t c = 0; c < nc; ++c) {
+      const int64_t ch = ch0 + c;
+      const uint8_t* codes = group + ch / 2 * rows * row_chunk_bytes + 32 * (ch % 2);
+      uint8_t* out = panel + (g0 - r0) * nc * kWeightChunkBytes + c * kWeightChunkBytes;
+      for (int64_t k = 0; k < vectors; ++k)
+        for (int64_t i = i0; i < i1; ++i) {
+          const __m256i v = _mm256_loadu_si256((const __m256i*)(codes + 64 * (k * rows + i)));
+          uint8_t* o = out + i * nc * kWeightChunkBytes;
+          if (q8) {
+            _mm256_store_si256((__m256i*)(o + 32 * k), _mm256_xor_si256(v, flip));
+          } else {
+            _mm256_store_si256((__m256i*)(o + 32 * k), _mm256_and_si256(v, nibble));
+            _mm256_store_si256((__m256i*)(o + 32 * (k + 4)), _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+          }
+        }
+      const uint8_t* scales = codes - 32 * (ch % 2) + 64 * vectors * rows + 16 * (ch % 2);
+      for (int64_t i = i0; i < i1; ++i)
+        _mm256_store_ps(reinterpret_cast<float*>(out + i * nc * kWeightChunkBytes + 256),
+                        _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(scales + 32 * i))));
+    }
+  }
+}
+
+// Packs rows [r0, r1), chunks [ch0, ch0 + nc) of w into the panel (row i at panel + i * nc * 288).
 void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int64_t nc, uint8_t* panel) {
+  if (w.layout == WeightLayout::Interleaved) return pack_interleaved_panel(w, r0, r1, ch0, nc, panel);
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   const int64_t block_bytes = w.format == WeightFormat::Q4 ? 16 : 32;
   for (int64_t r = r0; r < r1; ++r) {
@@ -157,46 +193,9 @@ void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int6
   }
 }
 
-// acc + vpmaddubsw(u, s) in int16 lanes (u unsigned bytes, s signed), as one asm step. Written
-// with intrinsics, GCC issued all 9 products of a 3 x 3 tile before their adds, ran out of
-// registers and kept two accumulators on the stack: every k step then waited on a store and a
-// reload of each (perf annotate, Zen 3: 17% of the tile's samples on one vpaddw). Volatile keeps
-// the steps in program order, so one temporary serves them all; the core reorders them itself.
-// s may stay in memory (the activations, read straight from L1).
-inline __m256i add_products(__m256i acc, __m256i u, const __m256i& s) {
-  __m256i p;
-  asm volatile("vpmaddubsw %[s], %[u], %[p]\n\tvpaddw %[p], %[acc], %[acc]"
-               : [acc] "+x"(acc), [p] "=&x"(p)
-               : [u] "x"(u), [s] "xm"(s));
-  return acc;
-}
-
-// acc + the int32 pair sums of |w| times x with w's signs (Q8), as one asm step for the same
-// reason; w and the ones may stay in memory (L1), which leaves a 3 x 3 tile's 9 accumulators,
-// 3 |w|, x and the temporary in registers.
-inline __m256i add_signed_products(__m256i acc, __m256i abs_w, const __m256i& w, __m256i x, const __m256i& ones) {
-  __m256i p;
-  asm volatile(
-      "vpsignb %[w], %[x], %[p]\n\t"
-      "vpmaddubsw %[p], %[abs_w], %[p]\n\t"
-      "vpmaddwd %[ones], %[p], %[p]\n\t"
-      "vpaddd %[p], %[acc], %[acc]"
-      : [acc] "+x"(acc), [p] "=&x"(p)
-      : [abs_w] "x"(abs_w), [w] "xm"(w), [x] "x"(x), [ones] "xm"(ones));
-  return acc;
-}
-
 // x: the token tile's activations from column 0; the tile reads chunks [first_chunk, + chunks).
 using PanelTileFn = void (*)(const uint8_t* panel, int64_t panel_row_bytes, const uint8_t* x, int64_t x_stride,
                              int64_t first_chunk, int64_t chunks, float* y, int64_t y_stride, bool accumulate);
-
-// One chunk's 8 block sums of one dot product, scaled and added to its float sums; the first chunk
-// of a tile call stores instead.
-template <bool First>
-void add_block_sums(float* sums, __m256i block_sums, __m256 scales) {
-  const __m256 v = _mm256_cvtepi32_ps(block_sums);
-  _mm256_store_ps(sums, First ? _mm256_mul_ps(v, scales) : _mm256_fmadd_ps(v, scales, _mm256_load_ps(sums)));
-}
 
 // A chunk's int32 block sums of R rows x T tokens, scaled by weight x token scales into the float
 // sums of each dot product.
@@ -315,85 +314,6 @@ uint8_t* panel_buffer(size_t bytes) { return reinterpret_cast<uint8_t*>(thread_s
 
 int64_t round_down(int64_t v, int64_t m) { return v / m * m; }
 
-// T tokens times a group of G interleaved Q4 rows (kernels/weight.h), whose chunks are one
-// sequential stream: per 512-column chunk and row, each 64-byte vector's two halves (blocks 0-7
-// and 8-15) give two int16 accumulators of block pairs per token, as in the panels (4 x 2 x 15 x
-// 127 per lane), one vpmaddwd each per chunk, and the float sums of the 16 blocks wait in L1. The
-// nibbles are split once for all T tokens; each token's arithmetic is the same as alone.
-template <int G, int T>
-void interleaved_q4_group(const WeightMatrix& w, int64_t first_row, const uint8_t* x, int64_t x_stride,
-                          float (&out)[T][kInterleaveRows]) {
-  const __m256i nibble = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-  const int64_t chunks = w.cols / kActivationChunkCols;
-  constexpr int64_t kRowChunkBytes = 256 + 32;  // a Q4 row's codes and f16 scales per chunk
-  const uint8_t* p = interleaved_group_chunk(w, first_row, 0);
-  alignas(32) float sums[T][G][16] = {};
-  for (int64_t ch = 0; ch < chunks; ++ch, p += G * kRowChunkBytes) {
-    const uint8_t* xc = x + ch * kActivationChunkBytes;
-    // The chunk after next, a line at a time: in the order the loop below reads (row by row,
-    // jumping between vectors) the hardware prefetchers fell behind (one Zen 3 core, E4B shapes:
-    // 12 GB/s without, 15-17 with).
-    for (int l = 0; l < G * kRowChunkBytes / 64; ++l)
-      _mm_prefetch((const char*)(p + 2 * G * kRowChunkBytes + 64 * l), _MM_HINT_T0);
-    // One row's half at a time, its vectors in order and not unrolled, the products added in asm
-    // steps (add_products): with all 2G accumulators of a token live, or the 4 vectors unrolled,
-    // or plain intrinsics for 8 tokens, GCC computed every product first and spilled them.
-#pragma GCC unroll 4
-    for (int i = 0; i < G; ++i)
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        __m256i acc[T];
-#pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_si256();
-#pragma GCC unroll 1
-        for (int k = 0; k < 4; ++k) {
-          const __m256i v = _mm256_loadu_si256((const __m256i*)(p + 64 * (k * G + i) + 32 * h));
-          const __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
-#pragma GCC unroll 8
-          for (int t = 0; t < T; ++t) {
-            const uint8_t* xt = xc + t * x_stride;
-            acc[t] = add_products(acc[t], lo, *reinterpret_cast<const __m256i*>(xt + 64 * k + 32 * h));
-            acc[t] = add_products(acc[t], hi, *reinterpret_cast<const __m256i*>(xt + 64 * (k + 4) + 32 * h));
-          }
-        }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 64 * 4 * G + 32 * i + 16 * h)));
-#pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) {
-          const uint8_t* xt = xc + t * x_stride;
-          const __m256i corr = _mm256_load_si256((const __m256i*)(xt + kActivationCorrections + 32 * h));
-          const __m256i block_sums = _mm256_add_epi32(_mm256_madd_epi16(acc[t], ones), corr);
-          const __m256 dx = _mm256_load_ps(reinterpret_cast<const float*>(xt + kActivationScales + 32 * h));
-          add_block_sums<false>(sums[t][i] + 8 * h, block_sums, _mm256_mul_ps(dw, dx));
-        }
-      }
-  }
-  for (int t = 0; t < T; ++t)
-    for (int i = 0; i < G; ++i)
-      out[t][i] = hsum(_mm256_add_ps(_mm256_load_ps(sums[t][i]), _mm256_load_ps(sums[t][i] + 8)));
-}
-
-template <int T>
-void interleaved_q4_tile(const WeightMatrix& w, int64_t first_row, int64_t rows, const uint8_t* x, int64_t x_stride,
-                         float (&out)[T][kInterleaveRows]) {
-  switch (rows) {
-    case 4: return interleaved_q4_group<4, T>(w, first_row, x, x_stride, out);
-    case 3: return interleaved_q4_group<3, T>(w, first_row, x, x_stride, out);
-    case 2: return interleaved_q4_group<2, T>(w, first_row, x, x_stride, out);
-    default: return interleaved_q4_group<1, T>(w, first_row, x, x_stride, out);
-  }
-}
-
-template <int T>
-void interleaved_q4_tokens(const WeightMatrix& w, int64_t g0, int64_t r0, int64_t r1, const uint8_t* x,
-                           int64_t x_stride, float* y, int64_t y_stride) {
-  const int64_t rows = interleaved_group_rows(w, g0);
-  float out[T][kInterleaveRows];
-  interleaved_q4_tile<T>(w, g0, rows, x, x_stride, out);
-  for (int t = 0; t < T; ++t)
-    for (int64_t i = std::max<int64_t>(r0 - g0, 0); i < std::min<int64_t>(rows, r1 - g0); ++i)
-      y[t * y_stride + g0 + i] = out[t][i];
-}
-
 }  // namespace
 
 int64_t avx2_panel_stride(int64_t cols) {
@@ -428,30 +348,6 @@ void avx2_panel_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint
           tiles.fn[rr - 1][tt - 1](panel + (r - b0) * prb, prb, xt, xq_stride, ch0, nc, y + t * y_stride + r,
                                    y_stride, ch0 > 0);
         }
-      }
-    }
-  }
-}
-
-constexpr int64_t kInterleavedTileTokens = 8;
-
-void avx2_interleaved_q4_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride,
-                                int64_t n, float* y, int64_t y_stride) {
-  // A whole group at a time, the tokens over it in tiles of up to 8 while its rows sit in L1/L2;
-  // rows of a group outside [r0, r1) are computed and not stored.
-  for (int64_t g0 = r0 / kInterleaveRows * kInterleaveRows; g0 < r1; g0 += kInterleaveRows) {
-    for (int64_t t = 0; t < n; t += kInterleavedTileTokens) {
-      const uint8_t* x = xq + t * xq_stride;
-      float* yt = y + t * y_stride;
-      switch (std::min<int64_t>(kInterleavedTileTokens, n - t)) {
-        case 8: interleaved_q4_tokens<8>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
-        case 7: interleaved_q4_tokens<7>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
-        case 6: interleaved_q4_tokens<6>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
-        case 5: interleaved_q4_tokens<5>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
-        case 4: interleaved_q4_tokens<4>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
-        case 3: interleaved_q4_tokens<3>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
-        case 2: interleaved_q4_tokens<2>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
-        default: interleaved_q4_tokens<1>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
       }
     }
   }

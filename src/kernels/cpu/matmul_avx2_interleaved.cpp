@@ -1,0 +1,249 @@
+// AVX2 matmul for quantized weights in WeightLayout::Interleaved (kernels/weight.h), any number of
+// tokens: the AVX2 counterpart of matmul_avx512_vnni_interleaved.cpp, for CPUs without
+// AVX512-VNNI. Activations are in the panel layout of matmul_avx2_quant_panel.cpp, whose vector k
+// of a 512-column chunk has the order of the weights' vector k (lane j: block j).
+//
+// Tiles of up to 8 tokens pass over each row group, and each token's arithmetic is exactly its
+// arithmetic alone, so a sequence's logits do not depend on what else is in its batch. Q4 takes
+// this kernel at every token count (also chunked and one-shot prefill agree); Q8 from 1 to 15
+// tokens, and from 16 on the panels packed from the row groups, as plain Q8 (matmul_avx2_quant.cpp).
+//   Q4 (stored q + 8): the nibbles times x, vpmaddubsw results added as int16 over a row's half
+//       chunk (4 vectors x 2 x 15 x 127 per lane), one vpmaddwd per half chunk, minus 8 * sum(x)
+//       per block from the activations' corrections.
+//   Q8 (stored q + 128): flipped back to signed, then |w| times x with w's sign (as the panels:
+//       vpsignb, vpmaddubsw, vpmaddwd, add per 32 multiply-adds; q + 128 itself times x would
+//       overflow vpmaddubsw's int16 pairs).
+// Either way a half chunk leaves one int32 sum per block and token, converted and scaled once.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cpu/isa_kernels.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+#include "kernels/cpu/avx2_quant_helpers.h"
+
+namespace tandem::cpu::detail {
+
+namespace {
+
+// One half (blocks 8h..8h+7) of row i's chunk of Q4 or Q8 codes, for T >= 3 tokens: each token's
+// int32 sums of the 8 blocks. p: the group's chunk (G rows); xc: the tokens' activations of the
+// chunk. The vectors in order and not unrolled, the products added in asm steps (add_products):
+// with all 2G accumulators of a token live, or the vectors unrolled, or plain intrinsics for 8
+// tokens, GCC computed every product first and spilled them.
+template <WeightFormat F, int G, int T>
+void half_chunk_sums(const uint8_t* p, int i, int h, const uint8_t* xc, int64_t x_stride, __m256i (&sums)[T]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) sums[t] = _mm256_setzero_si256();
+  if constexpr (F == WeightFormat::Q4) {
+    const __m256i nibble = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 1
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = _mm256_loadu_si256((const __m256i*)(p + 64 * (k * G + i) + 32 * h));
+      const __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const uint8_t* xt = xc + t * x_stride;
+        sums[t] = add_products(sums[t], lo, *reinterpret_cast<const __m256i*>(xt + 64 * k + 32 * h));
+        sums[t] = add_products(sums[t], hi, *reinterpret_cast<const __m256i*>(xt + 64 * (k + 4) + 32 * h));
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m256i corr = _mm256_load_si256((const __m256i*)(xc + t * x_stride + kActivationCorrections + 32 * h));
+      sums[t] = _mm256_add_epi32(_mm256_madd_epi16(sums[t], ones), corr);
+    }
+  } else {
+    const __m256i flip = _mm256_set1_epi8(char(0x80));
+#pragma GCC unroll 1
+    for (int k = 0; k < 8; ++k) {
+      const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(p + 64 * (k * G + i) + 32 * h)), flip);
+      const __m256i abs_v = _mm256_abs_epi8(v);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const __m256i xv = _mm256_load_si256((const __m256i*)(xc + t * x_stride + 64 * k + 32 * h));
+        sums[t] = add_signed_products(sums[t], abs_v, v, xv, ones);
+      }
+    }
+  }
+}
+
+// The int32 block sums of rows [i0, i0 + P) of a group's chunk (both halves) for T = 1 or 2
+// tokens, read in address order: vector k of each of those rows, then k + 1. For one token P
+// covers the whole group and the chunk is read as a plain read. The half-at-a-time order above
+// jumps 64 G bytes per step and comes back for the other half, and one or two tokens have too
+// little work per byte for the core to hide that (E4B q8 decode on two Zen 3 cores, roofline
+// 0.62-0.73 against 0.68-0.78 plain; in address order 0.65-0.72 against 0.63-0.67). The sums are
+// the same integers in any order, so a token's result does not depend on which order computed it.
+template <WeightFormat F, int G, int T, int P>
+void ordered_chunk_sums(const uint8_t* p, int i0, const uint8_t* xc, int64_t x_stride, __m256i (&sums)[P][2][T]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 4
+  for (int i = 0; i < P; ++i)
+#pragma GCC unroll 2
+    for (int t = 0; t < T; ++t) sums[i][0][t] = sums[i][1][t] = _mm256_setzero_si256();
+  if constexpr (F == WeightFormat::Q4) {
+    const __m256i nibble = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k)
+#pragma GCC unroll 4
+      for (int i = 0; i < P; ++i)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          if (i0 + i >= G) continue;
+          const __m256i v = _mm256_loadu_si256((const __m256i*)(p + 64 * (k * G + i0 + i) + 32 * h));
+          const __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+#pragma GCC unroll 2
+          for (int t = 0; t < T; ++t) {
+            const uint8_t* xt = xc + t * x_stride;
+            sums[i][h][t] = add_products(sums[i][h][t], lo, *reinterpret_cast<const __m256i*>(xt + 64 * k + 32 * h));
+            sums[i][h][t] = add_products(sums[i][h][t], hi, *reinterpret_cast<const __m256i*>(xt + 64 * (k + 4) + 32 * h));
+          }
+        }
+#pragma GCC unroll 4
+    for (int i = 0; i < P; ++i)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 2
+        for (int t = 0; t < T; ++t) {
+          const __m256i corr = _mm256_load_si256((const __m256i*)(xc + t * x_stride + kActivationCorrections + 32 * h));
+          sums[i][h][t] = _mm256_add_epi32(_mm256_madd_epi16(sums[i][h][t], ones), corr);
+        }
+  } else {
+    const __m256i flip = _mm256_set1_epi8(char(0x80));
+#pragma GCC unroll 1
+    for (int k = 0; k < 8; ++k)
+#pragma GCC unroll 4
+      for (int i = 0; i < P; ++i)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          if (i0 + i >= G) continue;
+          const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(p + 64 * (k * G + i0 + i) + 32 * h)), flip);
+          const __m256i abs_v = _mm256_abs_epi8(v);
+#pragma GCC unroll 2
+          for (int t = 0; t < T; ++t) {
+            const __m256i xv = _mm256_load_si256((const __m256i*)(xc + t * x_stride + 64 * k + 32 * h));
+            sums[i][h][t] = add_signed_products(sums[i][h][t], abs_v, v, xv, ones);
+          }
+        }
+  }
+}
+
+// T tokens times a group of G interleaved rows, whose chunks are one sequential stream; the float
+// sums of a row's 16 blocks wait in L1 until the end.
+template <WeightFormat F, int G, int T>
+void interleaved_group(const WeightMatrix& w, int64_t first_row, const uint8_t* x, int64_t x_stride,
+                       float (&out)[T][kInterleaveRows]) {
+  constexpr int64_t kVectors = F == WeightFormat::Q8 ? 8 : 4;  // 64-byte vectors per row and chunk
+  constexpr int64_t kRowChunkBytes = 64 * kVectors + 32;      // and 16 f16 scales
+  const int64_t chunks = w.cols / kActivationChunkCols;
+  const uint8_t* p = interleaved_group_chunk(w, first_row, 0);
+  // Float sums of each token's rows, blocks 0-7 and 8-15: in registers for one token, on the
+  // stack for more.
+  __m256 sums[T][G][2];
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < G; ++i) sums[t][i][0] = sums[t][i][1] = _mm256_setzero_ps();
+  for (int64_t ch = 0; ch < chunks; ++ch, p += G * kRowChunkBytes) {
+    const uint8_t* xc = x + ch * kActivationChunkBytes;
+    // The chunk after next, a line at a time: in the half-at-a-time order (row by row, jumping
+    // between vectors) the hardware prefetchers fell behind (one Zen 3 core, E4B shapes, Q4: 12
+    // GB/s without, 15-17 with); in address order (one or two tokens) it made no measurable
+    // difference, nor did prefetching 4 or 8 chunks ahead, or into L2.
+    for (int64_t l = 0; l < (G * kRowChunkBytes + 63) / 64; ++l)
+      _mm_prefetch((const char*)(p + 2 * G * kRowChunkBytes + 64 * l), _MM_HINT_T0);
+    const auto add_scaled = [&](int i, int h, const __m256i (&block_sums)[T]) __attribute__((always_inline)) {
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 64 * kVectors * G + 32 * i + 16 * h)));
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const __m256 dx = _mm256_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + kActivationScales + 32 * h));
+        sums[t][i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums[t]), _mm256_mul_ps(dw, dx), sums[t][i][h]);
+      }
+    };
+    if constexpr (T <= 2) {
+      constexpr int P = 4 / T;  // rows per pass: 8 accumulators
+#pragma GCC unroll 2
+      for (int i0 = 0; i0 < G; i0 += P) {
+        __m256i block_sums[P][2][T];
+        ordered_chunk_sums<F, G, T, P>(p, i0, xc, x_stride, block_sums);
+#pragma GCC unroll 4
+        for (int i = 0; i < P; ++i)
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h)
+            if (i0 + i < G) add_scaled(i0 + i, h, block_sums[i][h]);
+      }
+    } else {
+#pragma GCC unroll 4
+      for (int i = 0; i < G; ++i)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          __m256i block_sums[T];
+          half_chunk_sums<F, G, T>(p, i, h, xc, x_stride, block_sums);
+          add_scaled(i, h, block_sums);
+        }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < G; ++i)
+      out[t][i] = hsum(_mm256_add_ps(sums[t][i][0], sums[t][i][1]));
+}
+
+// T tokens times the row group starting at g0; stores the rows in [r0, r1).
+template <WeightFormat F, int T>
+void interleaved_tokens(const WeightMatrix& w, int64_t g0, int64_t r0, int64_t r1, const uint8_t* x, int64_t x_stride,
+                        float* y, int64_t y_stride) {
+  const int64_t rows = interleaved_group_rows(w, g0);
+  float out[T][kInterleaveRows];
+  switch (rows) {
+    case 4: interleaved_group<F, 4, T>(w, g0, x, x_stride, out); break;
+    case 3: interleaved_group<F, 3, T>(w, g0, x, x_stride, out); break;
+    case 2: interleaved_group<F, 2, T>(w, g0, x, x_stride, out); break;
+    default: interleaved_group<F, 1, T>(w, g0, x, x_stride, out); break;
+  }
+  for (int t = 0; t < T; ++t)
+    for (int64_t i = std::max<int64_t>(r0 - g0, 0); i < std::min<int64_t>(rows, r1 - g0); ++i)
+      y[t * y_stride + g0 + i] = out[t][i];
+}
+
+constexpr int64_t kTileTokens = 8;
+
+template <WeightFormat F>
+void interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
+                        float* y, int64_t y_stride) {
+  // A whole group at a time, the tokens over it in tiles of up to 8 while its rows sit in L1/L2;
+  // rows of a group outside [r0, r1) are computed and not stored.
+  for (int64_t g0 = r0 / kInterleaveRows * kInterleaveRows; g0 < r1; g0 += kInterleaveRows) {
+    for (int64_t t = 0; t < n; t += kTileTokens) {
+      const uint8_t* x = xq + t * xq_stride;
+      float* yt = y + t * y_stride;
+      switch (std::min<int64_t>(kTileTokens, n - t)) {
+        case 8: interleaved_tokens<F, 8>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
+        case 7: interleaved_tokens<F, 7>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
+        case 6: interleaved_tokens<F, 6>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
+        case 5: interleaved_tokens<F, 5>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
+        case 4: interleaved_tokens<F, 4>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
+        case 3: interleaved_tokens<F, 3>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
+        case 2: interleaved_tokens<F, 2>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
+        default: interleaved_tokens<F, 1>(w, g0, r0, r1, x, xq_stride, yt, y_stride); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void avx2_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride,
+                             int64_t n, float* y, int64_t y_stride) {
+  if (w.format == WeightFormat::Q8)
+    interleaved_matmul<WeightFormat::Q8>(w, r0, r1, xq, xq_stride, n, y, y_stride);
+  else
+    interleaved_matmul<WeightFormat::Q4>(w, r0, r1, xq, xq_stride, n, y, y_stride);
+}
+
+}  // namespace tandem::cpu::detail
+
+#pragma GCC pop_options
