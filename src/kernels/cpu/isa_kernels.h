@@ -57,8 +57,9 @@ int64_t avx2_panel_stride(int64_t cols);
 void avx2_panel_quantize(WeightFormat format, int64_t cols, const float* x, uint8_t* out);
 void avx2_panel_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
                        float* y, int64_t y_stride);
-// Interleaved Q8/Q4 weights, any number of tokens (activations in the panel layout), in tiles of
-// up to 8 tokens over each row group (matmul_avx2_interleaved.cpp).
+// Interleaved Q8/Q4 weights (activations in the panel layout), in tiles of up to 8 tokens over each
+// row group (matmul_avx2_interleaved.cpp); the table takes it for 1-15 tokens, the panels above
+// (packed from the row groups) from 16 on.
 void avx2_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride,
                              int64_t n, float* y, int64_t y_stride);
 

@@ -4,9 +4,9 @@
 // of a 512-column chunk has the order of the weights' vector k (lane j: block j).
 //
 // Tiles of up to 8 tokens pass over each row group, and each token's arithmetic is exactly its
-// arithmetic alone, so a sequence's logits do not depend on what else is in its batch. Q4 takes
-// this kernel at every token count (also chunked and one-shot prefill agree); Q8 from 1 to 15
-// tokens, and from 16 on the panels packed from the row groups, as plain Q8 (matmul_avx2_quant.cpp).
+// arithmetic alone, so a sequence's logits do not depend on what else is in its batch. From 16
+// tokens on the panels packed from the row groups take over, as for plain weights and the VNNI
+// kernels (matmul_avx2_quant.cpp).
 //   Q4 (stored q + 8): the nibbles times x, vpmaddubsw results added as int16 over a row's half
 //       chunk (4 vectors x 2 x 15 x 127 per lane), one vpmaddwd per half chunk, minus 8 * sum(x)
 //       per block from the activations' corrections.

@@ -320,15 +320,13 @@ void avx2_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, c
   static const TileSet q8 = make_q8_tiles<2, 4>();
   static const TileSet q8_decode = make_q8_tiles<4, 1>();
   static const TileSet q4 = make_q4_tiles<8>();
-  // Interleaved weights at every token count: Q4's 4-token tiles read the row groups in place and
-  // ran as fast as the panels at 512 tokens (E4B q4 prefill 36.6-39.2 against 35.1-42.7 tok/s on
-  // two Zen 3 cores) and faster at 16-64 (180-230 against 106-162 GOP/s), and keep every token's
-  // result what it is alone.
-  // Interleaved Q8 switches to the panels (packed from its row groups) at the same count as plain
-  // Q8: its 8-token tiles ran 20-30% faster than the plain 2 x 4 tiles in batches (one Zen 3 core,
-  // `kernels_bench Batch8/q8i` from cache: 67-84 against 57-64 GFLOP/s), but 10-20% slower than
-  // the panels in prefill.
-  if (w.layout == WeightLayout::Interleaved && (w.format == WeightFormat::Q4 || n < kPanelMinTokens))
+  // Interleaved weights: tiles of up to 8 tokens over each row group (matmul_avx2_interleaved.cpp)
+  // up to 15 tokens, then the panels packed from the row groups, as plain weights. Q8's tiles ran
+  // 20-30% faster than the plain 2 x 4 tiles in batches (one Zen 3 core, `kernels_bench
+  // Batch8/q8i` from cache: 67-84 against 57-64 GFLOP/s). Q4 took its tiles at every count until
+  // the panels' asm steps made them faster (E4B q4 prefill of 512 tokens on two Zen 3 cores 34.9
+  // and 38.3 -> 49.3 and 54.0 tok/s).
+  if (w.layout == WeightLayout::Interleaved && n < kPanelMinTokens)
     return avx2_interleaved_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (n >= kPanelMinTokens) return avx2_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (w.format == WeightFormat::Q4) return tiled_matmul(q4, w, r0, r1, xq, xq_stride, n, y, y_stride);

@@ -15,8 +15,8 @@
 //       per block from the activations' precomputed corrections: two instructions per 32.
 // The weights are rearranged ("packed") a block of rows at a time into a thread-local panel that
 // stays in L2 while every token tile passes over it. Weights in WeightLayout::Interleaved already
-// have this order (a 64-byte vector there is two of ours) and are read in place at every token
-// count instead (matmul_avx2_interleaved.cpp).
+// have this order (a 64-byte vector there is two of ours), so their panels are copies; fewer than
+// 16 tokens read them in place (matmul_avx2_interleaved.cpp).
 //
 // Activation layout (per token): the VNNI panels' (640 bytes per 512 columns, zero past cols),
 //   so that one layout serves these panels and the tiles of interleaved weights:
