@@ -30,47 +30,67 @@ namespace tandem::cpu::detail {
 
 namespace {
 
-// One half (blocks 8h..8h+7) of row i's chunk of Q4 or Q8 codes, for T >= 3 tokens: each token's
-// int32 sums of the 8 blocks. p: the group's chunk (G rows); xc: the tokens' activations of the
-// chunk. The vectors in order and not unrolled, the products added in asm steps (add_products):
-// with all 2G accumulators of a token live, or the vectors unrolled, or plain intrinsics for 8
-// tokens, GCC computed every product first and spilled them.
+// One 32-byte half of a row's 64-byte code vector, prepared once for every token of a tile.
+template <WeightFormat F>
+struct HalfVector;
+
+// Q4: the nibbles of vector k are the codes of vectors k (low) and k + 4 (high) of the activations.
+template <>
+struct HalfVector<WeightFormat::Q4> {
+  static constexpr int kVectors = 4;  // 64-byte code vectors per row and chunk
+  __m256i lo, hi;
+
+  explicit HalfVector(const uint8_t* codes) {
+    const __m256i nibble = _mm256_set1_epi8(0x0f), v = _mm256_loadu_si256((const __m256i*)codes);
+    lo = _mm256_and_si256(v, nibble);
+    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+  }
+  // acc + these codes times a token's (x: its activations of the chunk; vector k, half h).
+  __m256i add_to(__m256i acc, const uint8_t* x, int k, int h) const {
+    acc = add_products(acc, lo, *reinterpret_cast<const __m256i*>(x + 64 * k + 32 * h));
+    return add_products(acc, hi, *reinterpret_cast<const __m256i*>(x + 64 * (k + 4) + 32 * h));
+  }
+  // A half chunk's accumulator as the int32 sums of its 8 blocks.
+  static __m256i block_sums(__m256i acc, const uint8_t* x, int h) {
+    const __m256i corr = _mm256_load_si256((const __m256i*)(x + kActivationCorrections + 32 * h));
+    return _mm256_add_epi32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)), corr);
+  }
+};
+
+// Q8: q + 128 flipped back to q, and |q| for the sign trick.
+template <>
+struct HalfVector<WeightFormat::Q8> {
+  static constexpr int kVectors = 8;
+  __m256i q, abs_q;
+
+  explicit HalfVector(const uint8_t* codes) {
+    q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)codes), _mm256_set1_epi8(char(0x80)));
+    abs_q = _mm256_abs_epi8(q);
+  }
+  __m256i add_to(__m256i acc, const uint8_t* x, int k, int h) const {
+    const __m256i xv = _mm256_load_si256((const __m256i*)(x + 64 * k + 32 * h));
+    return add_signed_products(acc, abs_q, q, xv, _mm256_set1_epi16(1));
+  }
+  static __m256i block_sums(__m256i acc, const uint8_t*, int) { return acc; }
+};
+
+// One half (blocks 8h..8h+7) of row i's chunk, for T >= 3 tokens: each token's int32 sums of the 8
+// blocks. p: the group's chunk (G rows); xc: the tokens' activations of the chunk. The vectors in
+// order and not unrolled, the products added in asm steps (add_products): with all 2G
+// accumulators of a token live, or the vectors unrolled, or plain intrinsics for 8 tokens, GCC
+// computed every product first and spilled them.
 template <WeightFormat F, int G, int T>
 void half_chunk_sums(const uint8_t* p, int i, int h, const uint8_t* xc, int64_t x_stride, __m256i (&sums)[T]) {
-  const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) sums[t] = _mm256_setzero_si256();
-  if constexpr (F == WeightFormat::Q4) {
-    const __m256i nibble = _mm256_set1_epi8(0x0f);
 #pragma GCC unroll 1
-    for (int k = 0; k < 4; ++k) {
-      const __m256i v = _mm256_loadu_si256((const __m256i*)(p + 64 * (k * G + i) + 32 * h));
-      const __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+  for (int k = 0; k < HalfVector<F>::kVectors; ++k) {
+    const HalfVector<F> codes(p + 64 * (k * G + i) + 32 * h);
 #pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        const uint8_t* xt = xc + t * x_stride;
-        sums[t] = add_products(sums[t], lo, *reinterpret_cast<const __m256i*>(xt + 64 * k + 32 * h));
-        sums[t] = add_products(sums[t], hi, *reinterpret_cast<const __m256i*>(xt + 64 * (k + 4) + 32 * h));
-      }
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      const __m256i corr = _mm256_load_si256((const __m256i*)(xc + t * x_stride + kActivationCorrections + 32 * h));
-      sums[t] = _mm256_add_epi32(_mm256_madd_epi16(sums[t], ones), corr);
-    }
-  } else {
-    const __m256i flip = _mm256_set1_epi8(char(0x80));
-#pragma GCC unroll 1
-    for (int k = 0; k < 8; ++k) {
-      const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(p + 64 * (k * G + i) + 32 * h)), flip);
-      const __m256i abs_v = _mm256_abs_epi8(v);
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        const __m256i xv = _mm256_load_si256((const __m256i*)(xc + t * x_stride + 64 * k + 32 * h));
-        sums[t] = add_signed_products(sums[t], abs_v, v, xv, ones);
-      }
-    }
+    for (int t = 0; t < T; ++t) sums[t] = codes.add_to(sums[t], xc + t * x_stride, k, h);
   }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) sums[t] = HalfVector<F>::block_sums(sums[t], xc + t * x_stride, h);
 }
 
 // The int32 block sums of rows [i0, i0 + P) of a group's chunk (both halves) for T = 1 or 2
@@ -82,56 +102,34 @@ void half_chunk_sums(const uint8_t* p, int i, int h, const uint8_t* xc, int64_t 
 // the same integers in any order, so a token's result does not depend on which order computed it.
 template <WeightFormat F, int G, int T, int P>
 void ordered_chunk_sums(const uint8_t* p, int i0, const uint8_t* xc, int64_t x_stride, __m256i (&sums)[P][2][T]) {
-  const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 4
   for (int i = 0; i < P; ++i)
 #pragma GCC unroll 2
     for (int t = 0; t < T; ++t) sums[i][0][t] = sums[i][1][t] = _mm256_setzero_si256();
-  if constexpr (F == WeightFormat::Q4) {
-    const __m256i nibble = _mm256_set1_epi8(0x0f);
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k)
-#pragma GCC unroll 4
-      for (int i = 0; i < P; ++i)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          if (i0 + i >= G) continue;
-          const __m256i v = _mm256_loadu_si256((const __m256i*)(p + 64 * (k * G + i0 + i) + 32 * h));
-          const __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
-#pragma GCC unroll 2
-          for (int t = 0; t < T; ++t) {
-            const uint8_t* xt = xc + t * x_stride;
-            sums[i][h][t] = add_products(sums[i][h][t], lo, *reinterpret_cast<const __m256i*>(xt + 64 * k + 32 * h));
-            sums[i][h][t] = add_products(sums[i][h][t], hi, *reinterpret_cast<const __m256i*>(xt + 64 * (k + 4) + 32 * h));
-          }
-        }
+  const auto step = [&](int k) __attribute__((always_inline)) {
 #pragma GCC unroll 4
     for (int i = 0; i < P; ++i)
 #pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h) {
+        if (i0 + i >= G) continue;
+        const HalfVector<F> codes(p + 64 * (k * G + i0 + i) + 32 * h);
 #pragma GCC unroll 2
-        for (int t = 0; t < T; ++t) {
-          const __m256i corr = _mm256_load_si256((const __m256i*)(xc + t * x_stride + kActivationCorrections + 32 * h));
-          sums[i][h][t] = _mm256_add_epi32(_mm256_madd_epi16(sums[i][h][t], ones), corr);
-        }
-  } else {
-    const __m256i flip = _mm256_set1_epi8(char(0x80));
-#pragma GCC unroll 1
-    for (int k = 0; k < 8; ++k)
+        for (int t = 0; t < T; ++t) sums[i][h][t] = codes.add_to(sums[i][h][t], xc + t * x_stride, k, h);
+      }
+  };
+  if constexpr (F == WeightFormat::Q4) {  // all four vectors unrolled; Q8's eight not
 #pragma GCC unroll 4
-      for (int i = 0; i < P; ++i)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          if (i0 + i >= G) continue;
-          const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(p + 64 * (k * G + i0 + i) + 32 * h)), flip);
-          const __m256i abs_v = _mm256_abs_epi8(v);
-#pragma GCC unroll 2
-          for (int t = 0; t < T; ++t) {
-            const __m256i xv = _mm256_load_si256((const __m256i*)(xc + t * x_stride + 64 * k + 32 * h));
-            sums[i][h][t] = add_signed_products(sums[i][h][t], abs_v, v, xv, ones);
-          }
-        }
+    for (int k = 0; k < 4; ++k) step(k);
+  } else {
+#pragma GCC unroll 1
+    for (int k = 0; k < 8; ++k) step(k);
   }
+#pragma GCC unroll 4
+  for (int i = 0; i < P; ++i)
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 2
+      for (int t = 0; t < T; ++t) sums[i][h][t] = HalfVector<F>::block_sums(sums[i][h][t], xc + t * x_stride, h);
 }
 
 // T tokens times a group of G interleaved rows, whose chunks are one sequential stream; the float
@@ -139,8 +137,8 @@ void ordered_chunk_sums(const uint8_t* p, int i0, const uint8_t* xc, int64_t x_s
 template <WeightFormat F, int G, int T>
 void interleaved_group(const WeightMatrix& w, int64_t first_row, const uint8_t* x, int64_t x_stride,
                        float (&out)[T][kInterleaveRows]) {
-  constexpr int64_t kVectors = F == WeightFormat::Q8 ? 8 : 4;  // 64-byte vectors per row and chunk
-  constexpr int64_t kRowChunkBytes = 64 * kVectors + 32;      // and 16 f16 scales
+  constexpr int64_t kVectors = HalfVector<F>::kVectors;
+  constexpr int64_t kRowChunkBytes = 64 * kVectors + 32;  // and 16 f16 scales
   const int64_t chunks = w.cols / kActivationChunkCols;
   const uint8_t* p = interleaved_group_chunk(w, first_row, 0);
   // Float sums of each token's rows, blocks 0-7 and 8-15: in registers for one token, on the
