@@ -57,7 +57,7 @@ inline QuantizedBlock quantize_block(const float* x) {
 }
 
 // The panel activation layout (matmul_avx2_quant_panel.cpp), per 512 columns: 8 x 64 codes,
-// 16 float scales, 16 int32 corrections.
+// 16 float scales, 16 corrections (Q4's int16 word pairs).
 constexpr int64_t kActivationChunkCols = 512, kActivationChunkBytes = 640;  // two panel chunks
 constexpr int64_t kActivationVectorBytes = 64, kActivationScales = 512, kActivationCorrections = 576;
 

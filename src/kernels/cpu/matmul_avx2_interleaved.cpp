@@ -8,8 +8,8 @@
 // tokens on the panels packed from the row groups take over, as for plain weights and the VNNI
 // kernels (matmul_avx2_quant.cpp).
 //   Q4 (stored q + 8): the nibbles times x, vpmaddubsw results added as int16 over a row's half
-//       chunk (4 vectors x 2 x 15 x 127 per lane), one vpmaddwd per half chunk, minus 8 * sum(x)
-//       per block from the activations' corrections.
+//       chunk from the activations' word corrections (matmul_avx2_quant_panel.cpp), one vpmaddwd
+//       per half chunk.
 //   Q8 (stored q + 128): flipped back to signed, then |w| times x with w's sign (as the panels:
 //       vpsignb, vpmaddubsw, vpmaddwd, add per 32 multiply-adds; q + 128 itself times x would
 //       overflow vpmaddubsw's int16 pairs).
@@ -50,11 +50,12 @@ struct HalfVector<WeightFormat::Q4> {
     acc = add_products(acc, lo, *reinterpret_cast<const __m256i*>(x + 64 * k + 32 * h));
     return add_products(acc, hi, *reinterpret_cast<const __m256i*>(x + 64 * (k + 4) + 32 * h));
   }
-  // A half chunk's accumulator as the int32 sums of its 8 blocks.
-  static __m256i block_sums(__m256i acc, const uint8_t* x, int h) {
-    const __m256i corr = _mm256_load_si256((const __m256i*)(x + kActivationCorrections + 32 * h));
-    return _mm256_add_epi32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)), corr);
+  // A half chunk's accumulator before the first vector: the token's word corrections
+  // (matmul_avx2_quant_panel.cpp, q4_word_corrections), and after the last: its 8 blocks' sums.
+  static __m256i initial(const uint8_t* x, int h) {
+    return _mm256_load_si256((const __m256i*)(x + kActivationCorrections + 32 * h));
   }
+  static __m256i block_sums(__m256i acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
 };
 
 // Q8: q + 128 flipped back to q, and |q| for the sign trick.
@@ -71,7 +72,8 @@ struct HalfVector<WeightFormat::Q8> {
     const __m256i xv = _mm256_load_si256((const __m256i*)(x + 64 * k + 32 * h));
     return add_signed_products(acc, abs_q, q, xv, _mm256_set1_epi16(1));
   }
-  static __m256i block_sums(__m256i acc, const uint8_t*, int) { return acc; }
+  static __m256i initial(const uint8_t*, int) { return _mm256_setzero_si256(); }
+  static __m256i block_sums(__m256i acc) { return acc; }
 };
 
 // One half (blocks 8h..8h+7) of row i's chunk, for T >= 3 tokens: each token's int32 sums of the 8
@@ -82,7 +84,7 @@ struct HalfVector<WeightFormat::Q8> {
 template <WeightFormat F, int G, int T>
 void half_chunk_sums(const uint8_t* p, int i, int h, const uint8_t* xc, int64_t x_stride, __m256i (&sums)[T]) {
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) sums[t] = _mm256_setzero_si256();
+  for (int t = 0; t < T; ++t) sums[t] = HalfVector<F>::initial(xc + t * x_stride, h);
 #pragma GCC unroll 1
   for (int k = 0; k < HalfVector<F>::kVectors; ++k) {
     const HalfVector<F> codes(p + 64 * (k * G + i) + 32 * h);
@@ -90,7 +92,7 @@ void half_chunk_sums(const uint8_t* p, int i, int h, const uint8_t* xc, int64_t 
     for (int t = 0; t < T; ++t) sums[t] = codes.add_to(sums[t], xc + t * x_stride, k, h);
   }
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) sums[t] = HalfVector<F>::block_sums(sums[t], xc + t * x_stride, h);
+  for (int t = 0; t < T; ++t) sums[t] = HalfVector<F>::block_sums(sums[t]);
 }
 
 // The int32 block sums of rows [i0, i0 + P) of a group's chunk (both halves) for T = 1 or 2
@@ -105,7 +107,10 @@ void ordered_chunk_sums(const uint8_t* p, int i0, const uint8_t* xc, int64_t x_s
 #pragma GCC unroll 4
   for (int i = 0; i < P; ++i)
 #pragma GCC unroll 2
-    for (int t = 0; t < T; ++t) sums[i][0][t] = sums[i][1][t] = _mm256_setzero_si256();
+    for (int t = 0; t < T; ++t) {
+      sums[i][0][t] = HalfVector<F>::initial(xc + t * x_stride, 0);
+      sums[i][1][t] = HalfVector<F>::initial(xc + t * x_stride, 1);
+    }
   const auto step = [&](int k) __attribute__((always_inline)) {
 #pragma GCC unroll 4
     for (int i = 0; i < P; ++i)
@@ -129,7 +134,7 @@ void ordered_chunk_sums(const uint8_t* p, int i0, const uint8_t* xc, int64_t x_s
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h)
 #pragma GCC unroll 2
-      for (int t = 0; t < T; ++t) sums[i][h][t] = HalfVector<F>::block_sums(sums[i][h][t], xc + t * x_stride, h);
+      for (int t = 0; t < T; ++t) sums[i][h][t] = HalfVector<F>::block_sums(sums[i][h][t]);
 }
 
 // T tokens times a group of G interleaved rows, whose chunks are one sequential stream; the float

@@ -11,8 +11,9 @@
 //       negated; pairs stay below 2^15), vpmaddwd with ones, add: four instructions per 32
 //       multiply-adds (|x| with w's sign would fail on w = -128);
 //   Q4: the unpacked nibble (q + 8, 0..15) times x, vpmaddubsw results added as int16 over the
-//       whole chunk (8 x 2 x 15 x 127 = 30480 < 2^15), one vpmaddwd per chunk, minus 8 * sum(x)
-//       per block from the activations' precomputed corrections: two instructions per 32.
+//       whole chunk, starting from the activations' word corrections (-8 x the sum of the codes
+//       each word accumulates, q4_word_corrections), one vpmaddwd per chunk: two instructions per
+//       32 multiply-adds.
 // The weights are rearranged ("packed") a block of rows at a time into a thread-local panel that
 // stays in L2 while every token tile passes over it. Weights in WeightLayout::Interleaved already
 // have this order (a 64-byte vector there is two of ours), so their panels are copies; fewer than
@@ -21,9 +22,9 @@
 // Activation layout (per token): the VNNI panels' (640 bytes per 512 columns, zero past cols),
 //   so that one layout serves these panels and the tiles of interleaved weights:
 //   8 x 64 codes (vector k, lane j: codes [4k, 4k + 4) of block j of 16) | 16 float scales |
-//   16 int32 corrections (-8 * sum of codes for Q4, 0 for Q8). A 256-column chunk of the panels is
-//   one 32-byte half of it: chunk c starts at 640 (c / 2) + 32 (c % 2), its vector k 64 k further
-//   on, its scales at + 512 and its corrections at + 576.
+//   16 corrections (Q4: two int16 words per block, q4_word_corrections; 0 for Q8). A 256-column
+//   chunk of the panels is one 32-byte half of it: chunk c starts at 640 (c / 2) + 32 (c % 2), its
+//   vector k 64 k further on, its scales at + 512 and its corrections at + 576.
 // Weight panel (per row, 288 bytes per 256-column chunk): 8 x 32 codes in the same order (Q8
 //   signed, Q4 unsigned 0..15) | 8 float scales.
 #include <immintrin.h>
@@ -79,6 +80,21 @@ void transpose8x8(__m256i (&v)[8]) {
   }
 }
 
+// Q4's correction of one block as the initial value of its two int16 accumulator words: a block's
+// lane of vector k holds its columns 4k..4k+3, and vpmaddubsw adds columns 4k, 4k + 1 into the low
+// word and 4k + 2, 4k + 3 into the high one, so over the 8 vectors each word sums 16 columns. Each
+// word starts at -8 x the sum of its 16 codes, and so ends at the sum of (q + 8 - 8) x over them,
+// within +-16 x 8 x 127 = 16256 (vpaddw wraps, so partial sums may leave int16 on the way): the
+// block's int32 sum is then one vpmaddwd with ones, with no correction left to add.
+int32_t q4_word_corrections(__m256i codes) {
+  const __m256i pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), codes);  // word i: codes 2i + 2i+1
+  __m128i s = _mm_add_epi16(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+  s = _mm_add_epi16(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi16(s, _mm_shuffle_epi32(s, 0xb1));  // low word: columns 4k, 4k+1; high: 4k+2, 4k+3
+  s = _mm_mullo_epi16(s, _mm_set1_epi16(-8));
+  return _mm_cvtsi128_si32(s);
+}
+
 void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* out) {
   const int64_t blocks = cols / kQuantBlock;
   for (int64_t ch = 0; ch < chunk_count(cols); ++ch) {  // one half of a 512-column chunk
@@ -97,7 +113,7 @@ void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* 
       const QuantizedBlock q = quantize_block(x + b * kQuantBlock);
       codes[j] = q.codes;
       scales[j] = q.scale;
-      corrections[j] = format == WeightFormat::Q4 ? -8 * q.sum : 0;
+      corrections[j] = format == WeightFormat::Q4 ? q4_word_corrections(q.codes) : 0;
     }
     transpose8x8(codes);
     for (int k = 0; k < 8; ++k) _mm256_store_si256((__m256i*)(o + kActivationVectorBytes * k), codes[k]);
@@ -249,11 +265,13 @@ template <int R, int T>
 struct Q4PanelTile {
   template <bool First>
   static void chunk(const uint8_t* wc, int64_t prb, const uint8_t* xc, int64_t x_stride, float* sums) {
-    __m256i acc[R][T];  // int16 pairs of each block over the chunk
+    __m256i acc[R][T];  // int16 pairs of each block over the chunk, from the word corrections
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      const __m256i corr = _mm256_load_si256((const __m256i*)(xc + t * x_stride + kActivationCorrections));
 #pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_si256();
+      for (int r = 0; r < R; ++r) acc[r][t] = corr;
+    }
 #pragma GCC unroll 1  // as above
     for (int k = 0; k < 8; ++k) {
       __m256i wv[R];
@@ -268,11 +286,9 @@ struct Q4PanelTile {
     }
     const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      const __m256i corr = _mm256_load_si256((const __m256i*)(xc + t * x_stride + kActivationCorrections));
+    for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[r][t] = _mm256_add_epi32(_mm256_madd_epi16(acc[r][t], ones), corr);
-    }
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_madd_epi16(acc[r][t], ones);
     scale_chunk<First>(wc, prb, xc, x_stride, acc, sums);
   }
 };
