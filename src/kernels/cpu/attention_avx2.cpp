@@ -16,16 +16,13 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include "kernels/cpu/attention_blocks.h"
+
 namespace tandem::cpu::attention {
 
 namespace {
 
-constexpr int kBlock = 16;
 constexpr int kQueries = 4;  // queries sharing a pass over the keys
-
-// Local helpers rather than std::min/max (see attention_avx512.cpp).
-inline int imin(int a, int b) { return a < b ? a : b; }
-inline int imax(int a, int b) { return a > b ? a : b; }
 
 // exp(x) for x <= 0, as in attention_avx512.cpp, with 2^n put into the exponent bits. Inputs are
 // clamped at -86 so that the exponent stays normal (exp(-86) ~ 4e-38: nothing next to the block's
@@ -59,14 +56,18 @@ inline __m256 load8<KvDType::BF16>(const void* base, int64_t offset) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-template <KvDType T>
-constexpr int64_t kvsize() {
-  return T == KvDType::F32 ? 4 : 2;
-}
-template <KvDType T>
-const char* element_address(const void* base, int64_t offset) {
-  return static_cast<const char*>(base) + offset * kvsize<T>();
-}
+// 8 floats for attention_blocks.h.
+struct Lanes {
+  using type = __m256;
+  static constexpr int kWidth = 8;
+  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+  static __m256 set1(float f) { return _mm256_set1_ps(f); }
+  static __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+  static __m256 fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+  template <KvDType T>
+  static __m256 load_kv(const void* base, int64_t offset) { return load8<T>(base, offset); }
+};
 
 // Lanes [first, last] of a block's 16 (half h: lanes 8h..8h+7) as an all-ones mask.
 inline __m256 lane_mask(int first, int last, int h) {
@@ -85,7 +86,6 @@ inline float hsum(__m256 v) {
 
 template <KvDType T>
 void run(const AttentionBatch& b, const WorkItem& item, State* states) {
-  const KvSequence& seq = b.sequences[size_t(item.seq)];
   const KvLayerView& kv = b.kv;
   const int D = kv.head_dim;
   ItemQueries queries;
@@ -93,27 +93,16 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
   alignas(32) float scores[kBlock];
   alignas(32) float weights[kQueries][kBlock];
   for (int q0 = 0; q0 < queries.count; q0 += kQueries) {
-    const int qc = imin(kQueries, queries.count - q0);
-    int chunk_lo = item.key_end, chunk_hi = -1;
-    for (int c = 0; c < qc; ++c) {
-      chunk_lo = imin(chunk_lo, queries.lo[q0 + c]);
-      chunk_hi = imax(chunk_hi, queries.hi[q0 + c]);
-    }
-    const int last_blk = chunk_hi / kBlock;
-    for (int blk = chunk_lo / kBlock; chunk_hi >= chunk_lo && blk <= last_blk; ++blk) {
-      const int64_t phys = seq.blocks[blk - seq.first_logical_block];
-      const int64_t k0 = kv.key_offset(phys, item.kv_head, 0, 0);
-      const int64_t v0 = kv.value_offset(phys, item.kv_head, 0);
-      const int64_t next_phys = blk < last_blk ? seq.blocks[blk + 1 - seq.first_logical_block] : phys;
-      const char* next_keys = element_address<T>(kv.keys, kv.key_offset(next_phys, item.kv_head, 0, 0));
-      const char* next_values = element_address<T>(kv.values, kv.value_offset(next_phys, item.kv_head, 0));
-      const bool prefetch_next = blk < last_blk;
+    const QueryChunk ch = query_chunk<kQueries>(item, queries, q0);
+    const int qc = ch.qc;
+    for (int blk = ch.first_blk; blk <= ch.last_blk; ++blk) {
+      const ChunkBlock cb = chunk_block<T>(b, item, ch, blk);
       __m256 s[kQueries][2];
       for (int c = 0; c < kQueries; ++c) s[c][0] = s[c][1] = _mm256_setzero_ps();
       for (int d = 0; d < D; ++d) {
-        if (prefetch_next) _mm_prefetch(next_keys + int64_t(d) * kBlock * kvsize<T>(), _MM_HINT_T1);
-        const __m256 keys_lo = load8<T>(kv.keys, k0 + int64_t(d) * kBlock);
-        const __m256 keys_hi = load8<T>(kv.keys, k0 + int64_t(d) * kBlock + 8);
+        if (cb.prefetch_next) _mm_prefetch(cb.next_keys + int64_t(d) * kBlock * kvsize<T>(), _MM_HINT_T1);
+        const __m256 keys_lo = load8<T>(kv.keys, cb.k0 + int64_t(d) * kBlock);
+        const __m256 keys_hi = load8<T>(kv.keys, cb.k0 + int64_t(d) * kBlock + 8);
 #pragma GCC unroll 4
         for (int c = 0; c < kQueries; ++c)
           if (c < qc) {
@@ -122,9 +111,9 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
             s[c][1] = _mm256_fmadd_ps(q, keys_hi, s[c][1]);
           }
       }
-      const int base = blk * kBlock;
       for (int c = 0; c < qc; ++c) {
-        const int first = imax(queries.lo[q0 + c] - base, 0), last = imin(queries.hi[q0 + c] - base, kBlock - 1);
+        const int first = imax(queries.lo[q0 + c] - cb.base, 0);
+        const int last = imin(queries.hi[q0 + c] - cb.base, kBlock - 1);
         if (first > last) {
           std::memset(weights[c], 0, sizeof weights[c]);
           continue;
@@ -137,8 +126,7 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
         if (block_max > st.max) {
           const float rescale = std::exp(st.max - block_max);  // 0 on the first visible block
           st.sum *= rescale;
-          const __m256 r = _mm256_set1_ps(rescale);
-          for (int d = 0; d < D; d += 8) _mm256_storeu_ps(st.acc + d, _mm256_mul_ps(_mm256_loadu_ps(st.acc + d), r));
+          scale_values<Lanes>(st.acc, D, rescale);
           st.max = block_max;
         }
         const __m256 m = _mm256_set1_ps(st.max);
@@ -148,20 +136,7 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
         _mm256_store_ps(weights[c], e0);
         _mm256_store_ps(weights[c] + 8, e1);
       }
-      // Only slots some query of the chunk can see (see attention_avx512.cpp).
-      const int slot_lo = imax(chunk_lo - base, 0), slot_hi = imin(chunk_hi - base, kBlock - 1);
-      for (int d = 0; d < D; d += 8) {
-        __m256 acc[kQueries];
-        for (int c = 0; c < qc; ++c) acc[c] = _mm256_loadu_ps(states[q0 + c].acc + d);
-        for (int slot = slot_lo; slot <= slot_hi; ++slot) {
-          if (prefetch_next) _mm_prefetch(next_values + (int64_t(slot) * D + d) * kvsize<T>(), _MM_HINT_T1);
-          const __m256 v = load8<T>(kv.values, v0 + int64_t(slot) * D + d);
-#pragma GCC unroll 4
-          for (int c = 0; c < kQueries; ++c)
-            if (c < qc) acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(weights[c][slot]), v, acc[c]);
-        }
-        for (int c = 0; c < qc; ++c) _mm256_storeu_ps(states[q0 + c].acc + d, acc[c]);
-      }
+      add_weighted_values<Lanes, T, kQueries>(kv, ch, cb, weights, states);
     }
   }
 }

@@ -1,0 +1,118 @@
+#pragma once
+// What the blocked item kernels (attention_avx512.cpp, attention_avx2.cpp) share: an item's queries
+// in chunks, the KV blocks any query of a chunk sees, and the weighted value sums over such a
+// block, written once over each file's vector of kWidth floats (its Lanes: type,
+// load, store, set1, mul, fmadd, load_kv<T>). Include inside the including file's target pragma,
+// after every standard header: the anonymous namespace gives each file its own copy, compiled for
+// its instruction set, so the linker never mixes them.
+#include <xmmintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/attention_item.h"
+
+namespace tandem::cpu::attention {
+namespace {
+
+constexpr int kBlock = 16;  // keys per KV block these kernels take
+
+// Local helpers rather than std::min/max: templates instantiated under a target pragma could be
+// emitted as weak symbols and picked by the linker for code that runs on any CPU.
+inline int imin(int a, int b) { return a < b ? a : b; }
+inline int imax(int a, int b) { return a > b ? a : b; }
+
+template <KvDType T>
+constexpr int64_t kvsize() {
+  return T == KvDType::F32 ? 4 : 2;
+}
+template <KvDType T>
+const char* element_address(const void* base, int64_t offset) {
+  return static_cast<const char*>(base) + offset * kvsize<T>();
+}
+
+// The chunk of queries [q0, q0 + qc) of an item, and the KV blocks [first_blk, last_blk] (logical;
+// none when first_blk > last_blk) that one of them sees.
+struct QueryChunk {
+  int q0, qc;
+  int key_lo, key_hi;  // the keys some query of the chunk sees
+  int first_blk, last_blk;
+};
+
+template <int Q>
+QueryChunk query_chunk(const WorkItem& item, const ItemQueries& queries, int q0) {
+  QueryChunk ch;
+  ch.q0 = q0;
+  ch.qc = imin(Q, queries.count - q0);
+  ch.key_lo = item.key_end;
+  ch.key_hi = -1;
+  for (int c = 0; c < ch.qc; ++c) {
+    ch.key_lo = imin(ch.key_lo, queries.lo[q0 + c]);
+    ch.key_hi = imax(ch.key_hi, queries.hi[q0 + c]);
+  }
+  ch.first_blk = ch.key_lo / kBlock;
+  ch.last_blk = ch.key_hi >= ch.key_lo ? ch.key_hi / kBlock : ch.first_blk - 1;
+  return ch;
+}
+
+// Logical block blk as a chunk sees it.
+struct ChunkBlock {
+  int base;                // the block's first key position
+  int64_t k0, v0;          // element offsets of its keys and values (the item's KV head)
+  const char* next_keys;   // the next block's keys and values, to prefetch (this block's at the last)
+  const char* next_values;
+  bool prefetch_next;
+  int slot_lo, slot_hi;    // the slots some query of the chunk sees
+};
+
+template <KvDType T>
+ChunkBlock chunk_block(const AttentionBatch& b, const WorkItem& item, const QueryChunk& ch, int blk) {
+  const KvSequence& seq = b.sequences[size_t(item.seq)];
+  const KvLayerView& kv = b.kv;
+  ChunkBlock cb;
+  const int64_t phys = seq.blocks[blk - seq.first_logical_block];
+  cb.k0 = kv.key_offset(phys, item.kv_head, 0, 0);
+  cb.v0 = kv.value_offset(phys, item.kv_head, 0);
+  // The next block's keys and values stream into L2 while this one is scored and summed, at the
+  // offsets read here (blocks are pages of the cache, not one run the hardware follows).
+  cb.prefetch_next = blk < ch.last_blk;
+  const int64_t next_phys = cb.prefetch_next ? seq.blocks[blk + 1 - seq.first_logical_block] : phys;
+  cb.next_keys = element_address<T>(kv.keys, kv.key_offset(next_phys, item.kv_head, 0, 0));
+  cb.next_values = element_address<T>(kv.values, kv.value_offset(next_phys, item.kv_head, 0));
+  cb.base = blk * kBlock;
+  cb.slot_lo = imax(ch.key_lo - cb.base, 0);
+  cb.slot_hi = imin(ch.key_hi - cb.base, kBlock - 1);
+  return cb;
+}
+
+// A query's running value sum scaled by r (its softmax max moved up).
+template <class V>
+void scale_values(float* acc, int head_dim, float r) {
+  const typename V::type rv = V::set1(r);
+  for (int d = 0; d < head_dim; d += V::kWidth) V::store(acc + d, V::mul(V::load(acc + d), rv));
+}
+
+// states[q0 + c].acc += weights[c][slot] x the slot's value over the chunk's visible slots, for
+// each query c of the chunk: kWidth dimensions at a time, each value vector loaded once for all of
+// them. Only slots some query of the chunk can see: the others may hold another sequence's
+// leftovers (blocks are reused uncleared), and 0 x NaN would still be NaN.
+template <class V, KvDType T, int Q>
+void add_weighted_values(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock& cb,
+                         const float (*weights)[kBlock], State* states) {
+  const int D = kv.head_dim, q0 = ch.q0, qc = ch.qc, slot_lo = cb.slot_lo, slot_hi = cb.slot_hi;
+  const bool prefetch_next = cb.prefetch_next;
+  for (int d = 0; d < D; d += V::kWidth) {
+    typename V::type acc[Q];
+    for (int c = 0; c < qc; ++c) acc[c] = V::load(states[q0 + c].acc + d);
+    for (int slot = slot_lo; slot <= slot_hi; ++slot) {
+      if (prefetch_next) _mm_prefetch(cb.next_values + (int64_t(slot) * D + d) * kvsize<T>(), _MM_HINT_T1);
+      const typename V::type v = V::template load_kv<T>(kv.values, cb.v0 + int64_t(slot) * D + d);
+#pragma GCC unroll 8
+      for (int c = 0; c < Q; ++c)
+        if (c < qc) acc[c] = V::fmadd(V::set1(weights[c][slot]), v, acc[c]);
+    }
+    for (int c = 0; c < qc; ++c) V::store(states[q0 + c].acc + d, acc[c]);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::cpu::attention
