@@ -163,7 +163,8 @@ void interleaved_group(const WeightMatrix& w, int64_t first_row, const uint8_t* 
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 64 * kVectors * G + 32 * i + 16 * h)));
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
-        const __m256 dx = _mm256_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + kActivationScales + 32 * h));
+        const float* scales = reinterpret_cast<const float*>(xc + t * x_stride + kActivationScales);
+        const __m256 dx = _mm256_load_ps(scales + 8 * h);
         sums[t][i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums[t]), _mm256_mul_ps(dw, dx), sums[t][i][h]);
       }
     };
