@@ -90,13 +90,5 @@ inline __m256i add_signed_products(__m256i acc, __m256i abs_w, const __m256i& w,
   return acc;
 }
 
-// One chunk's 8 block sums of one dot product, scaled and added to its float sums; the first chunk
-// of a tile call stores instead.
-template <bool First>
-void add_block_sums(float* sums, __m256i block_sums, __m256 scales) {
-  const __m256 v = _mm256_cvtepi32_ps(block_sums);
-  _mm256_store_ps(sums, First ? _mm256_mul_ps(v, scales) : _mm256_fmadd_ps(v, scales, _mm256_load_ps(sums)));
-}
-
 }  // namespace
 }  // namespace tandem::cpu::detail

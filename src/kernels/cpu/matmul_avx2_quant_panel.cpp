@@ -213,6 +213,14 @@ void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int6
 using PanelTileFn = void (*)(const uint8_t* panel, int64_t panel_row_bytes, const uint8_t* x, int64_t x_stride,
                              int64_t first_chunk, int64_t chunks, float* y, int64_t y_stride, bool accumulate);
 
+// One chunk's 8 block sums of one dot product, scaled and added to its float sums; the first chunk
+// of a tile call stores instead.
+template <bool First>
+void add_block_sums(float* sums, __m256i block_sums, __m256 scales) {
+  const __m256 v = _mm256_cvtepi32_ps(block_sums);
+  _mm256_store_ps(sums, First ? _mm256_mul_ps(v, scales) : _mm256_fmadd_ps(v, scales, _mm256_load_ps(sums)));
+}
+
 // A chunk's int32 block sums of R rows x T tokens, scaled by weight x token scales into the float
 // sums of each dot product.
 template <bool First, int R, int T>
