@@ -156,9 +156,9 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
     }
   };
   if (!parallel) multiply(0, units);
-  else if (n > kMaxChunkedTokens && !quantized) pool.parallel_for(units, multiply);
-  else if (n > kMaxChunkedTokens) pool.parallel_chunks(units, kPrefillChunkUnits, multiply);
-  else pool.parallel_chunks(units, 1, multiply);
+  else if (n <= kMaxChunkedTokens) pool.parallel_chunks(units, 1, multiply);
+  else if (quantized) pool.parallel_chunks(units, kPrefillChunkUnits, multiply);
+  else pool.parallel_for(units, multiply);
 }
 
 }  // namespace tandem::cpu
