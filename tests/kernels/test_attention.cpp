@@ -133,6 +133,10 @@ TEST(PagedAttention, MatchesPlainSoftmaxOnEveryIsa) {
       {16, 32, 1, 2, 0, KvDType::F32, {{1, 900}}, 2},                      // long single-row decode: split keys
       {16, 16, 1, 8, 0, KvDType::BF16, {{1, 700}, {1, 5}}, 3},             // split with 3 threads
       {8, 24, 2, 2, 5, KvDType::F32, {{12, 3}}, 2},                        // other block size: generic path
+      // Head size 40: the AVX2 value sums' two-vector steps and their one-vector tail (AVX-512 CPUs
+      // run it on the AVX2 kernel too); GQA 3: query chunks of 3 (decode) and 4, 4, 4, 3 (5 rows).
+      {16, 40, 1, 3, 0, KvDType::BF16, {{5, 20}, {1, 300}}, 2},
+      {16, 40, 2, 3, 9, KvDType::F32, {{1, 50}, {6, 0}}, 2},
   };
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
     if (isa > best_supported_isa()) continue;

@@ -84,6 +84,40 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// The scores of a chunk's QC queries against one block's 16 keys (two vectors per query): each
+// dimension's keys loaded once for all of them. QC is a template argument so that the loop carries
+// no per-query tests and the query pointers stay in registers (with both, decode at 4096 keys
+// scored and summed 10-20% faster on one Zen 3 core; the sums are the same).
+template <KvDType T, int QC>
+void block_scores(const KvLayerView& kv, const ItemQueries& queries, int q0, const ChunkBlock& cb,
+                  __m256 (&out)[kQueries][2]) {
+  const float* q[QC];
+  __m256 s[QC][2];  // not `out`: __m256 may alias the query floats, and its sums would go through memory
+#pragma GCC unroll 4
+  for (int c = 0; c < QC; ++c) {
+    q[c] = queries.q[q0 + c];
+    s[c][0] = s[c][1] = _mm256_setzero_ps();
+  }
+  const int D = kv.head_dim;
+  const char* keys = element_address<T>(kv.keys, cb.k0);
+  for (int d = 0; d < D; ++d, keys += kBlock * kvsize<T>()) {
+    if (cb.prefetch_next) _mm_prefetch(cb.next_keys + int64_t(d) * kBlock * kvsize<T>(), _MM_HINT_T1);
+    const __m256 keys_lo = load8<T>(keys, 0);
+    const __m256 keys_hi = load8<T>(keys, 8);
+#pragma GCC unroll 4
+    for (int c = 0; c < QC; ++c) {
+      const __m256 qd = _mm256_broadcast_ss(q[c] + d);
+      s[c][0] = _mm256_fmadd_ps(qd, keys_lo, s[c][0]);
+      s[c][1] = _mm256_fmadd_ps(qd, keys_hi, s[c][1]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < QC; ++c) {
+    out[c][0] = s[c][0];
+    out[c][1] = s[c][1];
+  }
+}
+
 template <KvDType T>
 void run(const AttentionBatch& b, const WorkItem& item, State* states) {
   const KvLayerView& kv = b.kv;
@@ -98,18 +132,11 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
     for (int blk = ch.first_blk; blk <= ch.last_blk; ++blk) {
       const ChunkBlock cb = chunk_block<T>(b, item, ch, blk);
       __m256 s[kQueries][2];
-      for (int c = 0; c < kQueries; ++c) s[c][0] = s[c][1] = _mm256_setzero_ps();
-      for (int d = 0; d < D; ++d) {
-        if (cb.prefetch_next) _mm_prefetch(cb.next_keys + int64_t(d) * kBlock * kvsize<T>(), _MM_HINT_T1);
-        const __m256 keys_lo = load8<T>(kv.keys, cb.k0 + int64_t(d) * kBlock);
-        const __m256 keys_hi = load8<T>(kv.keys, cb.k0 + int64_t(d) * kBlock + 8);
-#pragma GCC unroll 4
-        for (int c = 0; c < kQueries; ++c)
-          if (c < qc) {
-            const __m256 q = _mm256_set1_ps(queries.q[q0 + c][d]);
-            s[c][0] = _mm256_fmadd_ps(q, keys_lo, s[c][0]);
-            s[c][1] = _mm256_fmadd_ps(q, keys_hi, s[c][1]);
-          }
+      switch (qc) {
+        case 4: block_scores<T, 4>(kv, queries, q0, cb, s); break;
+        case 3: block_scores<T, 3>(kv, queries, q0, cb, s); break;
+        case 2: block_scores<T, 2>(kv, queries, q0, cb, s); break;
+        default: block_scores<T, 1>(kv, queries, q0, cb, s); break;
       }
       for (int c = 0; c < qc; ++c) {
         const int first = imax(queries.lo[q0 + c] - cb.base, 0);

@@ -92,26 +92,48 @@ void scale_values(float* acc, int head_dim, float r) {
 }
 
 // states[q0 + c].acc += weights[c][slot] x the slot's value over the chunk's visible slots, for
-// each query c of the chunk: kWidth dimensions at a time, each value vector loaded once for all of
-// them. Only slots some query of the chunk can see: the others may hold another sequence's
-// leftovers (blocks are reused uncleared), and 0 x NaN would still be NaN.
+// each query c of the chunk: two vectors of kWidth dimensions at a time (one where the head size
+// leaves a single vector), each value vector loaded once for all of them. Two vectors give each
+// query two independent chains of fused multiply-adds over the slots: with one, a decode's four
+// chains waited on the FMA latency and summed at half the FMA rate. Each dimension still adds
+// its slots in order, so the sums are the same. Only slots some query of the chunk can see: the
+// others may hold another sequence's leftovers (blocks are reused uncleared), and 0 x NaN would
+// still be NaN.
+template <class V, KvDType T, int Q, int N>
+void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock& cb,
+                            const float (*weights)[kBlock], State* states, int d) {
+  const int D = kv.head_dim, q0 = ch.q0, qc = ch.qc;
+  typename V::type acc[Q][N];
+  for (int c = 0; c < qc; ++c)
+#pragma GCC unroll 2
+    for (int n = 0; n < N; ++n) acc[c][n] = V::load(states[q0 + c].acc + d + n * V::kWidth);
+  for (int slot = cb.slot_lo; slot <= cb.slot_hi; ++slot) {
+    if (cb.prefetch_next) _mm_prefetch(cb.next_values + (int64_t(slot) * D + d) * kvsize<T>(), _MM_HINT_T1);
+    typename V::type v[N];
+#pragma GCC unroll 2
+    for (int n = 0; n < N; ++n)
+      v[n] = V::template load_kv<T>(kv.values, cb.v0 + int64_t(slot) * D + d + n * V::kWidth);
+#pragma GCC unroll 8
+    for (int c = 0; c < Q; ++c)
+      if (c < qc) {
+        const typename V::type w = V::set1(weights[c][slot]);
+#pragma GCC unroll 2
+        for (int n = 0; n < N; ++n) acc[c][n] = V::fmadd(w, v[n], acc[c][n]);
+      }
+  }
+  for (int c = 0; c < qc; ++c)
+#pragma GCC unroll 2
+    for (int n = 0; n < N; ++n) V::store(states[q0 + c].acc + d + n * V::kWidth, acc[c][n]);
+}
+
 template <class V, KvDType T, int Q>
 void add_weighted_values(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock& cb,
                          const float (*weights)[kBlock], State* states) {
-  const int D = kv.head_dim, q0 = ch.q0, qc = ch.qc, slot_lo = cb.slot_lo, slot_hi = cb.slot_hi;
-  const bool prefetch_next = cb.prefetch_next;
-  for (int d = 0; d < D; d += V::kWidth) {
-    typename V::type acc[Q];
-    for (int c = 0; c < qc; ++c) acc[c] = V::load(states[q0 + c].acc + d);
-    for (int slot = slot_lo; slot <= slot_hi; ++slot) {
-      if (prefetch_next) _mm_prefetch(cb.next_values + (int64_t(slot) * D + d) * kvsize<T>(), _MM_HINT_T1);
-      const typename V::type v = V::template load_kv<T>(kv.values, cb.v0 + int64_t(slot) * D + d);
-#pragma GCC unroll 8
-      for (int c = 0; c < Q; ++c)
-        if (c < qc) acc[c] = V::fmadd(V::set1(weights[c][slot]), v, acc[c]);
-    }
-    for (int c = 0; c < qc; ++c) V::store(states[q0 + c].acc + d, acc[c]);
-  }
+  const int D = kv.head_dim;
+  int d = 0;
+  for (; d + 2 * V::kWidth <= D; d += 2 * V::kWidth)
+    add_weighted_values_at<V, T, Q, 2>(kv, ch, cb, weights, states, d);
+  if (d < D) add_weighted_values_at<V, T, Q, 1>(kv, ch, cb, weights, states, d);
 }
 
 }  // namespace
