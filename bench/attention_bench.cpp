@@ -1,0 +1,170 @@
+// Attention benchmarks over a paged KV cache with E4B's full-attention shape (head size 512, 2 KV
+// heads, 4 query heads per KV head, blocks of 16 keys), with the active ISA and one thread per core:
+//   Decode/<kv dtype>/<context>    one query row at the last position of a context: GB/s of keys and
+//                                  values read, and "roofline" = that divided by the higher read
+//                                  bandwidth probed just before and after it (decode at long contexts
+//                                  streams the cache as it streams weights)
+//   Batch8/<kv dtype>/<context>    8 sequences of that context, one row each: GB/s
+//   Prefill/<kv dtype>/<context>   the last 512 rows of a prompt of that context at once: GFLOP/s
+//                                  (2 flops per query element and key for the scores, 2 for the values)
+// Run: build/bench/attention_bench [--benchmark_filter=Decode] ; TANDEM_ISA=avx2 to compare paths,
+// TANDEM_BENCH_THREADS=1 for one core.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/huge_pages.h"
+#include "core/memory_bandwidth.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/kernels.h"
+
+namespace {
+
+using namespace tandem;
+
+constexpr int kHeadDim = 512, kKvHeads = 2, kGroup = 4, kBlockSize = 16, kPrefillRows = 512;
+
+int bench_threads() {
+  const char* env = std::getenv("TANDEM_BENCH_THREADS");
+  return env ? std::max(1, std::atoi(env)) : ThreadPool::default_threads();
+}
+
+ThreadPool& pool() {
+  static ThreadPool p(bench_threads());
+  return p;
+}
+
+double read_bandwidth() {
+  static ReadBandwidthProbe probe(pool(), size_t(512) << 20);
+  return probe.measure(3);
+}
+
+// The caches of `sequences` sequences of `context` positions each, in blocks handed out in order
+// (as a fresh cache hands them to a prompt) and laid out as KvCache lays out its pools, filled with a repeating pattern of valid values.
+struct BenchCache {
+  KvLayerView kv;
+  std::unique_ptr<uint8_t, HugePageFree> memory;
+  std::vector<std::vector<int32_t>> tables;
+
+  BenchCache(KvDType dtype, int sequences, int context) {
+    kv.dtype = dtype;
+    kv.block_size = kBlockSize;
+    kv.head_dim = kHeadDim;
+    kv.kv_heads = kKvHeads;
+    const int64_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
+    kv.block_stride = int64_t(kBlockSize) * kHeadDim;  // head-major, as KvCache lays out its pools
+    kv.head_stride = kv.block_stride * blocks_per_seq * sequences;
+    const size_t elems = size_t(kBlockSize) * kHeadDim * kKvHeads * blocks_per_seq * sequences;
+    const size_t bytes = elems * kv_dtype_size(dtype);
+    memory.reset(static_cast<uint8_t*>(huge_page_alloc(2 * bytes)));
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    std::vector<float> pattern(4096);
+    for (float& v : pattern) v = normal(rng);
+    if (dtype == KvDType::F32) {
+      float* p = reinterpret_cast<float*>(memory.get());
+      for (size_t i = 0; i < 2 * elems; ++i) p[i] = pattern[i % pattern.size()];
+    } else {
+      uint16_t* p = reinterpret_cast<uint16_t*>(memory.get());
+      for (size_t i = 0; i < 2 * elems; ++i) p[i] = f32_to_bf16(pattern[i % pattern.size()]);
+    }
+    kv.keys = memory.get();
+    kv.values = memory.get() + bytes;
+    for (int s = 0; s < sequences; ++s) {
+      tables.emplace_back();
+      for (int64_t b = 0; b < blocks_per_seq; ++b) tables.back().push_back(int32_t(s * blocks_per_seq + b));
+    }
+  }
+};
+
+// `sequences` sequences of `context` positions, each with its last `rows` rows as queries.
+void run_attention(benchmark::State& state, KvDType dtype, int sequences, int context, int rows) {
+  double bandwidth = rows == 1 ? read_bandwidth() : 0.0;
+  const BenchCache cache(dtype, sequences, context);
+  const int q_heads = kKvHeads * kGroup;
+  std::vector<float> q(size_t(sequences) * rows * q_heads * kHeadDim), out(q.size());
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  for (float& v : q) v = normal(rng);
+  std::vector<int32_t> positions;
+  for (int r = 0; r < rows; ++r) positions.push_back(context - rows + r);
+  std::vector<KvSequence> seqs;
+  for (int s = 0; s < sequences; ++s) {
+    KvSequence ks;
+    ks.first_row = s * rows;
+    ks.rows = rows;
+    ks.positions = positions.data();
+    ks.blocks = cache.tables[size_t(s)].data();
+    seqs.push_back(ks);
+  }
+  AttentionBatch b;
+  b.q = q.data();
+  b.q_stride = int64_t(q_heads) * kHeadDim;
+  b.out = out.data();
+  b.out_stride = b.q_stride;
+  b.q_heads = q_heads;
+  b.group = kGroup;
+  b.kv = cache.kv;
+  b.sequences = seqs;
+  const cpu::KernelTable& k = cpu::active_kernels();
+  std::vector<float> scratch;
+  for (auto _ : state) {
+    cpu::paged_attention(pool(), k, b, scratch);
+    benchmark::DoNotOptimize(out.data());
+  }
+  if (rows == 1) bandwidth = std::max(bandwidth, read_bandwidth());
+  const double iters = double(state.iterations());
+  const double cache_bytes = 2.0 * double(context) * kKvHeads * kHeadDim * double(kv_dtype_size(dtype)) * sequences;
+  state.counters["GB/s"] = benchmark::Counter(cache_bytes * iters / 1e9, benchmark::Counter::kIsRate);
+  // Row r sees context - rows + r + 1 keys.
+  const double keys_seen = double(rows) * (context - rows) + double(rows) * (rows + 1) / 2;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(4.0 * kHeadDim * q_heads * keys_seen * sequences * iters / 1e9, benchmark::Counter::kIsRate);
+  if (rows == 1) state.counters["read_GB/s"] = bandwidth;
+  state.SetLabel(std::string(kv_dtype_name(dtype)) + " " + std::string(isa_name(k.isa)));
+}
+
+class RooflineReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    std::vector<Run> copy = runs;
+    for (Run& r : copy) {
+      auto gb = r.counters.find("GB/s"), bw = r.counters.find("read_GB/s");
+      if (gb != r.counters.end() && bw != r.counters.end() && bw->second.value > 0)
+        r.counters["roofline"] = gb->second.value / bw->second.value;
+    }
+    ConsoleReporter::ReportRuns(copy);
+  }
+};
+
+void register_case(const std::string& name, KvDType dtype, int sequences, int context, int rows) {
+  auto* bench = benchmark::RegisterBenchmark(
+      name.c_str(), [=](benchmark::State& st) { run_attention(st, dtype, sequences, context, rows); });
+  bench->Unit(benchmark::kMicrosecond)->MinTime(0.5);
+  if (bench_threads() > 1) bench->UseRealTime();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (KvDType dtype : {KvDType::F32, KvDType::BF16}) {
+    const std::string d(kv_dtype_name(dtype));
+    for (int context : {4096, 32768, 131072})
+      register_case("Decode/" + d + "/" + std::to_string(context), dtype, 1, context, 1);
+    register_case("Batch8/" + d + "/8192", dtype, 8, 8192, 1);
+    for (int context : {4096, 32768})
+      register_case("Prefill/" + d + "/" + std::to_string(context), dtype, 1, context, kPrefillRows);
+  }
+  benchmark::Initialize(&argc, argv);
+  RooflineReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}
