@@ -137,6 +137,9 @@ TEST(PagedAttention, MatchesPlainSoftmaxOnEveryIsa) {
       // run it on the AVX2 kernel too); GQA 3: query chunks of 3 (decode) and 4, 4, 4, 3 (5 rows).
       {16, 40, 1, 3, 0, KvDType::BF16, {{5, 20}, {1, 300}}, 2},
       {16, 40, 2, 3, 9, KvDType::F32, {{1, 50}, {6, 0}}, 2},
+      // Rows deep into the context: items of several query chunks walk many blocks in passes.
+      {16, 32, 1, 4, 0, KvDType::F32, {{11, 150}}, 2},
+      {16, 32, 2, 2, 40, KvDType::BF16, {{10, 200}, {3, 90}}, 2},
   };
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
     if (isa > best_supported_isa()) continue;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "kernels/cpu/attention_item.h"
 
@@ -126,46 +127,42 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
   item_queries(b, item, states, queries);
   alignas(32) float scores[kBlock];
   alignas(32) float weights[kQueries][kBlock];
-  for (int q0 = 0; q0 < queries.count; q0 += kQueries) {
-    const QueryChunk ch = query_chunk<kQueries>(item, queries, q0);
-    const int qc = ch.qc;
-    for (int blk = ch.first_blk; blk <= ch.last_blk; ++blk) {
-      const ChunkBlock cb = chunk_block<T>(b, item, ch, blk);
-      __m256 s[kQueries][2];
-      switch (qc) {
-        case 4: block_scores<T, 4>(kv, queries, q0, cb, s); break;
-        case 3: block_scores<T, 3>(kv, queries, q0, cb, s); break;
-        case 2: block_scores<T, 2>(kv, queries, q0, cb, s); break;
-        default: block_scores<T, 1>(kv, queries, q0, cb, s); break;
-      }
-      for (int c = 0; c < qc; ++c) {
-        const int first = imax(queries.lo[q0 + c] - cb.base, 0);
-        const int last = imin(queries.hi[q0 + c] - cb.base, kBlock - 1);
-        if (first > last) {
-          std::memset(weights[c], 0, sizeof weights[c]);
-          continue;
-        }
-        _mm256_store_ps(scores, s[c][0]);
-        _mm256_store_ps(scores + 8, s[c][1]);
-        float block_max = scores[first];
-        for (int j = first + 1; j <= last; ++j) block_max = scores[j] > block_max ? scores[j] : block_max;
-        State& st = states[q0 + c];
-        if (block_max > st.max) {
-          const float rescale = std::exp(st.max - block_max);  // 0 on the first visible block
-          st.sum *= rescale;
-          scale_values<Lanes>(st.acc, D, rescale);
-          st.max = block_max;
-        }
-        const __m256 m = _mm256_set1_ps(st.max);
-        const __m256 e0 = _mm256_and_ps(lane_mask(first, last, 0), exp_nonpositive(_mm256_sub_ps(s[c][0], m)));
-        const __m256 e1 = _mm256_and_ps(lane_mask(first, last, 1), exp_nonpositive(_mm256_sub_ps(s[c][1], m)));
-        st.sum += hsum(_mm256_add_ps(e0, e1));
-        _mm256_store_ps(weights[c], e0);
-        _mm256_store_ps(weights[c] + 8, e1);
-      }
-      add_weighted_values<Lanes, T, kQueries>(kv, ch, cb, weights, states);
+  for_each_chunk_block<T, kQueries>(b, item, queries, [&](const QueryChunk& ch, const ChunkBlock& cb) {
+    const int q0 = ch.q0, qc = ch.qc;
+    __m256 s[kQueries][2];
+    switch (qc) {
+      case 4: block_scores<T, 4>(kv, queries, q0, cb, s); break;
+      case 3: block_scores<T, 3>(kv, queries, q0, cb, s); break;
+      case 2: block_scores<T, 2>(kv, queries, q0, cb, s); break;
+      default: block_scores<T, 1>(kv, queries, q0, cb, s); break;
     }
-  }
+    for (int c = 0; c < qc; ++c) {
+      const int first = imax(queries.lo[q0 + c] - cb.base, 0);
+      const int last = imin(queries.hi[q0 + c] - cb.base, kBlock - 1);
+      if (first > last) {
+        std::memset(weights[c], 0, sizeof weights[c]);
+        continue;
+      }
+      _mm256_store_ps(scores, s[c][0]);
+      _mm256_store_ps(scores + 8, s[c][1]);
+      float block_max = scores[first];
+      for (int j = first + 1; j <= last; ++j) block_max = scores[j] > block_max ? scores[j] : block_max;
+      State& st = states[q0 + c];
+      if (block_max > st.max) {
+        const float rescale = std::exp(st.max - block_max);  // 0 on the first visible block
+        st.sum *= rescale;
+        scale_values<Lanes>(st.acc, D, rescale);
+        st.max = block_max;
+      }
+      const __m256 m = _mm256_set1_ps(st.max);
+      const __m256 e0 = _mm256_and_ps(lane_mask(first, last, 0), exp_nonpositive(_mm256_sub_ps(s[c][0], m)));
+      const __m256 e1 = _mm256_and_ps(lane_mask(first, last, 1), exp_nonpositive(_mm256_sub_ps(s[c][1], m)));
+      st.sum += hsum(_mm256_add_ps(e0, e1));
+      _mm256_store_ps(weights[c], e0);
+      _mm256_store_ps(weights[c] + 8, e1);
+    }
+    add_weighted_values<Lanes, T, kQueries>(kv, ch, cb, weights, states);
+  });
 }
 
 }  // namespace

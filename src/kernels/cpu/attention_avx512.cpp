@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "kernels/cpu/attention_item.h"
 
@@ -68,6 +69,30 @@ struct Lanes {
   static __m512 load_kv(const void* base, int64_t offset) { return load16<T>(base, offset); }
 };
 
+// The scores of a chunk's QC queries against one block's 16 keys: each dimension's keys loaded
+// once for all of them, as in attention_avx2.cpp (QC a template argument, the sums in locals).
+template <KvDType T, int QC>
+void block_scores(const KvLayerView& kv, const ItemQueries& queries, int q0, const ChunkBlock& cb,
+                  __m512 (&out)[kQueries]) {
+  const float* q[QC];
+  __m512 s[QC];
+#pragma GCC unroll 8
+  for (int c = 0; c < QC; ++c) {
+    q[c] = queries.q[q0 + c];
+    s[c] = _mm512_setzero_ps();
+  }
+  const int D = kv.head_dim;
+  const char* keys = element_address<T>(kv.keys, cb.k0);
+  for (int d = 0; d < D; ++d, keys += kBlock * kvsize<T>()) {
+    if (cb.prefetch_next) _mm_prefetch(cb.next_keys + int64_t(d) * kBlock * kvsize<T>(), _MM_HINT_T1);
+    const __m512 k = load16<T>(keys, 0);
+#pragma GCC unroll 8
+    for (int c = 0; c < QC; ++c) s[c] = _mm512_fmadd_ps(_mm512_set1_ps(q[c][d]), k, s[c]);
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < QC; ++c) out[c] = s[c];
+}
+
 template <KvDType T>
 void run(const AttentionBatch& b, const WorkItem& item, State* states) {
   const KvLayerView& kv = b.kv;
@@ -75,43 +100,34 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
   ItemQueries queries;
   item_queries(b, item, states, queries);
   alignas(64) float weights[kQueries][kBlock];
-  for (int q0 = 0; q0 < queries.count; q0 += kQueries) {
-    const QueryChunk ch = query_chunk<kQueries>(item, queries, q0);
-    const int qc = ch.qc;
-    for (int blk = ch.first_blk; blk <= ch.last_blk; ++blk) {
-      const ChunkBlock cb = chunk_block<T>(b, item, ch, blk);
-      __m512 s[kQueries];
-      for (int c = 0; c < kQueries; ++c) s[c] = _mm512_setzero_ps();
-      for (int d = 0; d < D; ++d) {
-        if (cb.prefetch_next) _mm_prefetch(cb.next_keys + int64_t(d) * kBlock * kvsize<T>(), _MM_HINT_T1);
-        const __m512 keys = load16<T>(kv.keys, cb.k0 + int64_t(d) * kBlock);
-#pragma GCC unroll 8
-        for (int c = 0; c < kQueries; ++c)
-          if (c < qc) s[c] = _mm512_fmadd_ps(_mm512_set1_ps(queries.q[q0 + c][d]), keys, s[c]);
+  for_each_chunk_block<T, kQueries>(b, item, queries, [&](const QueryChunk& ch, const ChunkBlock& cb) {
+    const int q0 = ch.q0, qc = ch.qc;
+    __m512 s[kQueries];
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+      ((qc == I + 1 ? block_scores<T, I + 1>(kv, queries, q0, cb, s) : void()), ...);
+    }(std::make_integer_sequence<int, kQueries>{});
+    for (int c = 0; c < qc; ++c) {
+      const int first = imax(queries.lo[q0 + c] - cb.base, 0);
+      const int last = imin(queries.hi[q0 + c] - cb.base, kBlock - 1);
+      if (first > last) {
+        std::memset(weights[c], 0, sizeof weights[c]);
+        continue;
       }
-      for (int c = 0; c < qc; ++c) {
-        const int first = imax(queries.lo[q0 + c] - cb.base, 0);
-        const int last = imin(queries.hi[q0 + c] - cb.base, kBlock - 1);
-        if (first > last) {
-          std::memset(weights[c], 0, sizeof weights[c]);
-          continue;
-        }
-        const __mmask16 mask = __mmask16(((1u << (last + 1)) - 1) & ~((1u << first) - 1));
-        State& st = states[q0 + c];
-        const float block_max = _mm512_mask_reduce_max_ps(mask, s[c]);
-        if (block_max > st.max) {
-          const float rescale = std::exp(st.max - block_max);  // 0 on the first visible block
-          st.sum *= rescale;
-          scale_values<Lanes>(st.acc, D, rescale);
-          st.max = block_max;
-        }
-        const __m512 e = _mm512_maskz_mov_ps(mask, exp_nonpositive(_mm512_sub_ps(s[c], _mm512_set1_ps(st.max))));
-        st.sum += _mm512_reduce_add_ps(e);
-        _mm512_store_ps(weights[c], e);
+      const __mmask16 mask = __mmask16(((1u << (last + 1)) - 1) & ~((1u << first) - 1));
+      State& st = states[q0 + c];
+      const float block_max = _mm512_mask_reduce_max_ps(mask, s[c]);
+      if (block_max > st.max) {
+        const float rescale = std::exp(st.max - block_max);  // 0 on the first visible block
+        st.sum *= rescale;
+        scale_values<Lanes>(st.acc, D, rescale);
+        st.max = block_max;
       }
-      add_weighted_values<Lanes, T, kQueries>(kv, ch, cb, weights, states);
+      const __m512 e = _mm512_maskz_mov_ps(mask, exp_nonpositive(_mm512_sub_ps(s[c], _mm512_set1_ps(st.max))));
+      st.sum += _mm512_reduce_add_ps(e);
+      _mm512_store_ps(weights[c], e);
     }
-  }
+    add_weighted_values<Lanes, T, kQueries>(kv, ch, cb, weights, states);
+  });
 }
 
 }  // namespace
