@@ -1,5 +1,6 @@
-// Attention benchmarks over a paged KV cache with E4B's full-attention shape (head size 512, 2 KV
-// heads, 4 query heads per KV head, blocks of 16 keys), with the active ISA and one thread per core:
+// Attention benchmarks over a paged KV cache with the full-attention shapes of E4B (head size 512,
+// 2 KV heads, 4 query heads per KV head) and E2B (one KV head for 8 query heads: "E2B/" cases), in
+// blocks of 16 keys, with the active ISA and one thread per core:
 //   Decode/<kv dtype>/<context>    one query row at the last position of a context: GB/s of keys and
 //                                  values read, and "roofline" = that divided by the higher read
 //                                  bandwidth probed just before and after it (decode at long contexts
@@ -29,7 +30,13 @@ namespace {
 
 using namespace tandem;
 
-constexpr int kHeadDim = 512, kKvHeads = 2, kGroup = 4, kBlockSize = 16, kPrefillRows = 512;
+constexpr int kHeadDim = 512, kBlockSize = 16, kPrefillRows = 512;
+
+struct Shape {
+  const char* prefix;
+  int kv_heads, group;
+};
+constexpr Shape kE4B{"", 2, 4}, kE2B{"E2B/", 1, 8};
 
 int bench_threads() {
   const char* env = std::getenv("TANDEM_BENCH_THREADS");
@@ -47,21 +54,22 @@ double read_bandwidth() {
 }
 
 // The caches of `sequences` sequences of `context` positions each, in blocks handed out in order
-// (as a fresh cache hands them to a prompt) and laid out as KvCache lays out its pools, filled with a repeating pattern of valid values.
+// (as a fresh cache hands them to a prompt) and laid out as KvCache lays out its pools, filled
+// with a repeating pattern of valid values.
 struct BenchCache {
   KvLayerView kv;
   std::unique_ptr<uint8_t, HugePageFree> memory;
   std::vector<std::vector<int32_t>> tables;
 
-  BenchCache(KvDType dtype, int sequences, int context) {
+  BenchCache(const Shape& shape, KvDType dtype, int sequences, int context) {
     kv.dtype = dtype;
     kv.block_size = kBlockSize;
     kv.head_dim = kHeadDim;
-    kv.kv_heads = kKvHeads;
+    kv.kv_heads = shape.kv_heads;
     const int64_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
     kv.block_stride = int64_t(kBlockSize) * kHeadDim;  // head-major, as KvCache lays out its pools
     kv.head_stride = kv.block_stride * blocks_per_seq * sequences;
-    const size_t elems = size_t(kBlockSize) * kHeadDim * kKvHeads * blocks_per_seq * sequences;
+    const size_t elems = size_t(kBlockSize) * kHeadDim * shape.kv_heads * blocks_per_seq * sequences;
     const size_t bytes = elems * kv_dtype_size(dtype);
     memory.reset(static_cast<uint8_t*>(huge_page_alloc(2 * bytes)));
     std::mt19937 rng(7);
@@ -85,10 +93,10 @@ struct BenchCache {
 };
 
 // `sequences` sequences of `context` positions, each with its last `rows` rows as queries.
-void run_attention(benchmark::State& state, KvDType dtype, int sequences, int context, int rows) {
+void run_attention(benchmark::State& state, const Shape& shape, KvDType dtype, int sequences, int context, int rows) {
   double bandwidth = rows == 1 ? read_bandwidth() : 0.0;
-  const BenchCache cache(dtype, sequences, context);
-  const int q_heads = kKvHeads * kGroup;
+  const BenchCache cache(shape, dtype, sequences, context);
+  const int q_heads = shape.kv_heads * shape.group;
   std::vector<float> q(size_t(sequences) * rows * q_heads * kHeadDim), out(q.size());
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 0.5f);
@@ -110,7 +118,7 @@ void run_attention(benchmark::State& state, KvDType dtype, int sequences, int co
   b.out = out.data();
   b.out_stride = b.q_stride;
   b.q_heads = q_heads;
-  b.group = kGroup;
+  b.group = shape.group;
   b.kv = cache.kv;
   b.sequences = seqs;
   const cpu::KernelTable& k = cpu::active_kernels();
@@ -121,7 +129,8 @@ void run_attention(benchmark::State& state, KvDType dtype, int sequences, int co
   }
   if (rows == 1) bandwidth = std::max(bandwidth, read_bandwidth());
   const double iters = double(state.iterations());
-  const double cache_bytes = 2.0 * double(context) * kKvHeads * kHeadDim * double(kv_dtype_size(dtype)) * sequences;
+  const double cache_bytes =
+      2.0 * double(context) * shape.kv_heads * kHeadDim * double(kv_dtype_size(dtype)) * sequences;
   state.counters["GB/s"] = benchmark::Counter(cache_bytes * iters / 1e9, benchmark::Counter::kIsRate);
   // Row r sees context - rows + r + 1 keys.
   const double keys_seen = double(rows) * (context - rows) + double(rows) * (rows + 1) / 2;
@@ -144,9 +153,11 @@ class RooflineReporter : public benchmark::ConsoleReporter {
   }
 };
 
-void register_case(const std::string& name, KvDType dtype, int sequences, int context, int rows) {
-  auto* bench = benchmark::RegisterBenchmark(
-      name.c_str(), [=](benchmark::State& st) { run_attention(st, dtype, sequences, context, rows); });
+void register_case(const Shape& shape, const std::string& name, KvDType dtype, int sequences, int context,
+                   int rows) {
+  auto* bench = benchmark::RegisterBenchmark((shape.prefix + name).c_str(), [=](benchmark::State& st) {
+    run_attention(st, shape, dtype, sequences, context, rows);
+  });
   bench->Unit(benchmark::kMicrosecond)->MinTime(0.5);
   if (bench_threads() > 1) bench->UseRealTime();
 }
@@ -157,10 +168,11 @@ int main(int argc, char** argv) {
   for (KvDType dtype : {KvDType::F32, KvDType::BF16}) {
     const std::string d(kv_dtype_name(dtype));
     for (int context : {4096, 32768, 131072})
-      register_case("Decode/" + d + "/" + std::to_string(context), dtype, 1, context, 1);
-    register_case("Batch8/" + d + "/8192", dtype, 8, 8192, 1);
+      register_case(kE4B, "Decode/" + d + "/" + std::to_string(context), dtype, 1, context, 1);
+    register_case(kE4B, "Batch8/" + d + "/8192", dtype, 8, 8192, 1);
     for (int context : {4096, 32768})
-      register_case("Prefill/" + d + "/" + std::to_string(context), dtype, 1, context, kPrefillRows);
+      register_case(kE4B, "Prefill/" + d + "/" + std::to_string(context), dtype, 1, context, kPrefillRows);
+    register_case(kE2B, "Decode/" + d + "/32768", dtype, 1, 32768, 1);
   }
   benchmark::Initialize(&argc, argv);
   RooflineReporter reporter;
