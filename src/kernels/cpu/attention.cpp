@@ -113,7 +113,8 @@ void paged_attention(ThreadPool& pool, const KernelTable& k, const AttentionBatc
       if (item.split < 0) {
         write_output(k, b, item, states);
       } else {  // keep (max, sum, acc) per head for the merge
-        const int n_heads = heads_of(b, item.kv_head, heads);
+        int item_heads[kMaxHeads];  // per thread: `heads` belongs to the calling thread
+        const int n_heads = heads_of(b, item.kv_head, item_heads);
         float* slot = split_base + per_split * size_t(item.split);
         for (int h = 0; h < n_heads; ++h) {
           slot[h * (D + 2)] = states[h].max;
