@@ -65,10 +65,10 @@ KvCache::KvCache(const Gemma4Config& config, const ModelWeights& weights, const 
     LayerStorage& s = layers_[i];
     s.head_dim = l.head_dim;
     s.kv_heads = weights.layers[i].heads.kv_count;
-    // Head-major: each KV head's blocks side by side. The attention kernels give each thread one
-    // KV head, so a sequence's blocks, handed out in order, are then one run per thread rather
-    // than runs broken by the other heads' (`attention_bench` Decode at 32768 keys on two Zen 3
-    // cores: f32 +4-8%, 8 sequences of 8192 +15%; docs/kernels.md).
+    // Head-major: each KV head's blocks side by side. A decode's attention items are one per KV
+    // head (handed round-robin to the threads), so a sequence's blocks, handed out in order, are
+    // then one run per item rather than runs broken by the other heads' (`attention_bench` Decode
+    // at 32768 keys on two Zen 3 cores: f32 +4-8%, 8 sequences of 8192 +15%; docs/kernels.md).
     const int64_t blocks = l.kind == AttentionKind::Full ? options.full_blocks : options.sliding_blocks;
     s.block_stride = int64_t(options.block_size) * l.head_dim;
     s.head_stride = s.block_stride * blocks;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
@@ -19,7 +20,9 @@ struct Case {
   int threads;
 };
 
-void check(const Case& c, const KernelTable& kernels) {
+// head_major: each KV head's blocks side by side, as KvCache lays out its pools; else each block's
+// heads side by side. The kernels must read either through KvLayerView's offsets.
+void check(const Case& c, const KernelTable& kernels, bool head_major) {
   std::mt19937 rng(1234);
   std::normal_distribution<float> normal(0.0f, 0.5f);
   const int D = c.head_dim, q_heads = c.kv_heads * c.group;
@@ -35,9 +38,14 @@ void check(const Case& c, const KernelTable& kernels) {
   kv.block_size = c.block_size;
   kv.head_dim = D;
   kv.kv_heads = c.kv_heads;
-  kv.head_stride = int64_t(c.block_size) * D;
-  kv.block_stride = kv.head_stride * c.kv_heads;
-  const size_t elems = size_t(kv.block_stride) * size_t(blocks_per_seq * n_seq);
+  if (head_major) {
+    kv.block_stride = int64_t(c.block_size) * D;
+    kv.head_stride = kv.block_stride * blocks_per_seq * n_seq;
+  } else {
+    kv.head_stride = int64_t(c.block_size) * D;
+    kv.block_stride = kv.head_stride * c.kv_heads;
+  }
+  const size_t elems = size_t(c.block_size) * D * c.kv_heads * size_t(blocks_per_seq * n_seq);
   // Slots no position writes hold NaN, as a reused block may hold another sequence's leftovers:
   // no query may read them, even with weight 0.
   std::vector<float> keys_f(elems, NAN), values_f(elems, NAN);
@@ -140,10 +148,18 @@ TEST(PagedAttention, MatchesPlainSoftmaxOnEveryIsa) {
       // Rows deep into the context: items of several query chunks walk many blocks in passes.
       {16, 32, 1, 4, 0, KvDType::F32, {{11, 150}}, 2},
       {16, 32, 2, 2, 40, KvDType::BF16, {{10, 200}, {3, 90}}, 2},
+      {16, 32, 2, 2, 100, KvDType::BF16, {{10, 300}}, 2},                  // passes from a window's start
+      // AVX-512 chunks of 8 queries: 8 + 7 and 3 (GQA 3, f32, head 48: two vectors and a tail), 5.
+      {16, 48, 1, 3, 0, KvDType::F32, {{5, 20}, {1, 300}}, 2},
+      {16, 48, 1, 5, 0, KvDType::BF16, {{1, 200}, {2, 40}}, 1},
   };
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
     if (isa > best_supported_isa()) continue;
-    for (const Case& c : cases) check(c, kernels_for(isa));
+    for (size_t i = 0; i < cases.size(); ++i)
+      for (bool head_major : {false, true}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + ", case " + std::to_string(i) + (head_major ? ", head-major" : ""));
+        check(cases[i], kernels_for(isa), head_major);
+      }
   }
 }
 

@@ -1,8 +1,8 @@
 // The AVX-512 attention item kernel for KV blocks of 16 keys. Keys are stored transposed within a
 // block, so one dimension of the block's 16 keys is one register: the scores of a query against a
 // whole block take head_dim FMAs with the query element broadcast, no horizontal sums. The online
-// softmax then runs per block (one max, one rescale), and the values are accumulated 16 dimensions
-// at a time for up to 8 queries sharing each loaded value vector.
+// softmax then runs per block (one max, one rescale), and the values are accumulated 32 dimensions
+// (a 16-dimension tail) at a time for up to 8 queries sharing each loaded value vector.
 #include <immintrin.h>
 
 #include <cmath>

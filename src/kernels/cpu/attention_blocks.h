@@ -47,6 +47,7 @@ QueryChunk query_chunk(const WorkItem& item, const ItemQueries& queries, int q0)
   ch.key_lo = item.key_end;
   ch.key_hi = -1;
   for (int c = 0; c < ch.qc; ++c) {
+    if (queries.lo[q0 + c] > queries.hi[q0 + c]) continue;  // sees no key: widens nothing
     ch.key_lo = imin(ch.key_lo, queries.lo[q0 + c]);
     ch.key_hi = imax(ch.key_hi, queries.hi[q0 + c]);
   }
@@ -59,7 +60,7 @@ QueryChunk query_chunk(const WorkItem& item, const ItemQueries& queries, int q0)
 struct ChunkBlock {
   int base;                // the block's first key position
   int64_t k0, v0;          // element offsets of its keys and values (the item's KV head)
-  const char* next_keys;   // the next block's keys and values, to prefetch (this block's at the last)
+  const char* next_keys;   // the next block's keys and values, to prefetch (this block's if none)
   const char* next_values;
   bool prefetch_next;
   int slot_lo, slot_hi;    // the slots some query of the chunk sees
@@ -75,7 +76,8 @@ ChunkBlock chunk_block(const AttentionBatch& b, const WorkItem& item, const Quer
   cb.k0 = kv.key_offset(phys, item.kv_head, 0, 0);
   cb.v0 = kv.value_offset(phys, item.kv_head, 0);
   // The next block's keys and values stream into L2 while this one is scored and summed, at the
-  // offsets read here (blocks are pages of the cache, not one run the hardware follows).
+  // offsets read here (blocks are pages of the cache: a fresh sequence's are one run per KV head,
+  // a reused cache's anywhere).
   cb.prefetch_next = prefetch_next;
   const int64_t next_phys = cb.prefetch_next ? seq.blocks[blk + 1 - seq.first_logical_block] : phys;
   cb.next_keys = element_address<T>(kv.keys, kv.key_offset(next_phys, item.kv_head, 0, 0));
@@ -91,9 +93,10 @@ ChunkBlock chunk_block(const AttentionBatch& b, const WorkItem& item, const Quer
 // stay in L1 over them while the blocks' keys and values, read from memory once, stay in L2 for
 // every chunk of the item. Chunk by chunk over the whole key range, a prefill item (8 rows x 4
 // query heads) read its keys and values 8 times over (`attention_bench Prefill` at 32768 keys on
-// two Zen 3 cores: f32 33-43 -> 66-74 GFLOP/s, bf16 47-56 -> 71-75; at 4096 keys the same or
-// better). Each query still meets its blocks in order, so its sums are the same either way. Each
-// block is prefetched once, while the first chunk to reach it works on the block before.
+// two Zen 3 cores: f32 44-62 -> 124-126 GFLOP/s, bf16 81-85 -> 117-129; docs/kernels.md). Each
+// query still meets its blocks in order, so its sums are the same either way. Each block is
+// prefetched once, while the first chunk to reach it works on the block before (`prefetched` only
+// grows: a later chunk's rows sit at later positions, so it never starts before an earlier one).
 constexpr int kBlocksPerPass = 4;
 
 template <KvDType T, int Q, class Step>
@@ -150,8 +153,11 @@ void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const C
 #pragma GCC unroll 2
     for (int n = 0; n < N; ++n) acc[c][n] = V::load(acc_of[c] + n * V::kWidth);
   }
+  constexpr int kStepBytes = N * V::kWidth * int(kvsize<T>());
   for (int slot = cb.slot_lo; slot <= cb.slot_hi; ++slot) {
-    if (cb.prefetch_next) _mm_prefetch(cb.next_values + (int64_t(slot) * D + d) * kvsize<T>(), _MM_HINT_T1);
+    if (cb.prefetch_next)  // every 64-byte line of this step's part of the next block's row
+      for (int o = 0; o < kStepBytes; o += 64)
+        _mm_prefetch(cb.next_values + (int64_t(slot) * D + d) * kvsize<T>() + o, _MM_HINT_T1);
     typename V::type v[N];
 #pragma GCC unroll 2
     for (int n = 0; n < N; ++n)
