@@ -137,8 +137,8 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
       default: block_scores<T, 1>(kv, queries, q0, cb, s); break;
     }
     for (int c = 0; c < qc; ++c) {
-      const int first = imax(queries.lo[q0 + c] - cb.base, 0);
-      const int last = imin(queries.hi[q0 + c] - cb.base, kBlock - 1);
+      int first, last;
+      visible_slots(queries, q0 + c, cb, first, last);
       if (first > last) {
         std::memset(weights[c], 0, sizeof weights[c]);
         continue;
@@ -148,12 +148,7 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
       float block_max = scores[first];
       for (int j = first + 1; j <= last; ++j) block_max = scores[j] > block_max ? scores[j] : block_max;
       State& st = states[q0 + c];
-      if (block_max > st.max) {
-        const float rescale = std::exp(st.max - block_max);  // 0 on the first visible block
-        st.sum *= rescale;
-        scale_values<Lanes>(st.acc, D, rescale);
-        st.max = block_max;
-      }
+      raise_max<Lanes>(st, block_max, D);
       const __m256 m = _mm256_set1_ps(st.max);
       const __m256 e0 = _mm256_and_ps(lane_mask(first, last, 0), exp_nonpositive(_mm256_sub_ps(s[c][0], m)));
       const __m256 e1 = _mm256_and_ps(lane_mask(first, last, 1), exp_nonpositive(_mm256_sub_ps(s[c][1], m)));

@@ -107,21 +107,15 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
       ((qc == I + 1 ? block_scores<T, I + 1>(kv, queries, q0, cb, s) : void()), ...);
     }(std::make_integer_sequence<int, kQueries>{});
     for (int c = 0; c < qc; ++c) {
-      const int first = imax(queries.lo[q0 + c] - cb.base, 0);
-      const int last = imin(queries.hi[q0 + c] - cb.base, kBlock - 1);
+      int first, last;
+      visible_slots(queries, q0 + c, cb, first, last);
       if (first > last) {
         std::memset(weights[c], 0, sizeof weights[c]);
         continue;
       }
       const __mmask16 mask = __mmask16(((1u << (last + 1)) - 1) & ~((1u << first) - 1));
       State& st = states[q0 + c];
-      const float block_max = _mm512_mask_reduce_max_ps(mask, s[c]);
-      if (block_max > st.max) {
-        const float rescale = std::exp(st.max - block_max);  // 0 on the first visible block
-        st.sum *= rescale;
-        scale_values<Lanes>(st.acc, D, rescale);
-        st.max = block_max;
-      }
+      raise_max<Lanes>(st, _mm512_mask_reduce_max_ps(mask, s[c]), D);
       const __m512 e = _mm512_maskz_mov_ps(mask, exp_nonpositive(_mm512_sub_ps(s[c], _mm512_set1_ps(st.max))));
       st.sum += _mm512_reduce_add_ps(e);
       _mm512_store_ps(weights[c], e);

@@ -7,6 +7,7 @@
 // its instruction set, so the linker never mixes them.
 #include <xmmintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <utility>  // also included by every includer before its target pragma
 
@@ -130,6 +131,23 @@ template <class V>
 void scale_values(float* acc, int head_dim, float r) {
   const typename V::type rv = V::set1(r);
   for (int d = 0; d < head_dim; d += V::kWidth) V::store(acc + d, V::mul(V::load(acc + d), rv));
+}
+
+// The slots [first, last] of the chunk's block that query q sees (first > last: none).
+inline void visible_slots(const ItemQueries& queries, int q, const ChunkBlock& cb, int& first, int& last) {
+  first = imax(queries.lo[q] - cb.base, 0);
+  last = imin(queries.hi[q] - cb.base, kBlock - 1);
+}
+
+// Raises a query's running softmax max to block_max where that is higher, rescaling its sum and
+// value sums to the new max.
+template <class V>
+void raise_max(State& st, float block_max, int head_dim) {
+  if (!(block_max > st.max)) return;  // a NaN max leaves the state as it is
+  const float rescale = std::exp(st.max - block_max);  // 0 on the first visible block
+  st.sum *= rescale;
+  scale_values<V>(st.acc, head_dim, rescale);
+  st.max = block_max;
 }
 
 // states[q0 + c].acc += weights[c][slot] x the slot's value over the chunk's visible slots, for
