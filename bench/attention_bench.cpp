@@ -20,15 +20,19 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "core/dtype.h"
 #include "core/huge_pages.h"
-#include "core/memory_bandwidth.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kernels.h"
 
 namespace {
 
 using namespace tandem;
+using bench::bench_threads;
+using bench::pool;
+using bench::read_bandwidth;
+using bench::RooflineReporter;
 
 constexpr int kHeadDim = 512, kBlockSize = 16, kPrefillRows = 512;
 
@@ -37,21 +41,6 @@ struct Shape {
   int kv_heads, group;
 };
 constexpr Shape kE4B{"", 2, 4}, kE2B{"E2B/", 1, 8};
-
-int bench_threads() {
-  const char* env = std::getenv("TANDEM_BENCH_THREADS");
-  return env ? std::max(1, std::atoi(env)) : ThreadPool::default_threads();
-}
-
-ThreadPool& pool() {
-  static ThreadPool p(bench_threads());
-  return p;
-}
-
-double read_bandwidth() {
-  static ReadBandwidthProbe probe(pool(), size_t(512) << 20);
-  return probe.measure(3);
-}
 
 // The caches of `sequences` sequences of `context` positions each, in blocks handed out in order
 // (as a fresh cache hands them to a prompt) and laid out as KvCache lays out its pools, filled
@@ -139,19 +128,6 @@ void run_attention(benchmark::State& state, const Shape& shape, KvDType dtype, i
   if (rows == 1) state.counters["read_GB/s"] = bandwidth;
   state.SetLabel(std::string(kv_dtype_name(dtype)) + " " + std::string(isa_name(k.isa)));
 }
-
-class RooflineReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> copy = runs;
-    for (Run& r : copy) {
-      auto gb = r.counters.find("GB/s"), bw = r.counters.find("read_GB/s");
-      if (gb != r.counters.end() && bw != r.counters.end() && bw->second.value > 0)
-        r.counters["roofline"] = gb->second.value / bw->second.value;
-    }
-    ConsoleReporter::ReportRuns(copy);
-  }
-};
 
 void register_case(const Shape& shape, const std::string& name, KvDType dtype, int sequences, int context,
                    int rows) {

@@ -19,33 +19,18 @@
 #include <random>
 #include <vector>
 
+#include "bench_common.h"
 #include "core/dtype.h"
 #include "core/huge_pages.h"
-#include "core/memory_bandwidth.h"
 #include "kernels/cpu/kernels.h"
 
 namespace {
 
 using namespace tandem;
-
-// TANDEM_BENCH_THREADS=1 measures one core; its rates then use the thread's CPU time, which on a
-// shared machine leaves out the time other processes held the core.
-int bench_threads() {
-  const char* env = std::getenv("TANDEM_BENCH_THREADS");
-  return env ? std::max(1, std::atoi(env)) : ThreadPool::default_threads();
-}
-
-ThreadPool& pool() {
-  static ThreadPool p(bench_threads());
-  return p;
-}
-
-// The read bandwidth next to one benchmark: a shared host's drifts by 1.5x within seconds
-// (docs/benchmarks.md), so each matvec is compared with probes taken right before and after it.
-double read_bandwidth() {
-  static ReadBandwidthProbe probe(pool(), size_t(512) << 20);
-  return probe.measure(3);
-}
+using bench::bench_threads;
+using bench::pool;
+using bench::read_bandwidth;
+using bench::RooflineReporter;
 
 // A weight matrix filled with a repeating block of valid random values (no NaN, no subnormals),
 // on 2 MB pages like the resident weights of a model (and the bandwidth probe).
@@ -134,22 +119,6 @@ struct Shape {
 constexpr Shape kShapes[] = {{"10240x2560", 10240, 2560}, {"2560x10240", 2560, 10240}, {"262144x2560", 262144, 2560}};
 constexpr WeightFormat kFormats[] = {WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16, WeightFormat::Q8,
                                      WeightFormat::Q4};
-
-// Prints roofline = GB/s / read_GB/s next to the usual table.
-class RooflineReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> copy = runs;
-    for (Run& r : copy) {
-      auto gb = r.counters.find("GB/s"), bw = r.counters.find("read_GB/s");
-      if (gb != r.counters.end() && bw != r.counters.end() && bw->second.value > 0) {
-        r.counters["roofline"] = gb->second.value / bw->second.value;  // rates are final here
-      }
-    }
-    ConsoleReporter::ReportRuns(copy);
-  }
-};
-
 
 // Matvec, Batch8 and Prefill of one format, layout and shape.
 void register_shape(WeightFormat f, WeightLayout layout, const Shape& s) {
