@@ -130,12 +130,7 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
   for_each_chunk_block<T, kQueries>(b, item, queries, [&](const QueryChunk& ch, const ChunkBlock& cb) {
     const int q0 = ch.q0, qc = ch.qc;
     __m256 s[kQueries][2];
-    switch (qc) {
-      case 4: block_scores<T, 4>(kv, queries, q0, cb, s); break;
-      case 3: block_scores<T, 3>(kv, queries, q0, cb, s); break;
-      case 2: block_scores<T, 2>(kv, queries, q0, cb, s); break;
-      default: block_scores<T, 1>(kv, queries, q0, cb, s); break;
-    }
+    with_query_count<kQueries>(qc, [&](auto n) { block_scores<T, n()>(kv, queries, q0, cb, s); });
     for (int c = 0; c < qc; ++c) {
       int first, last;
       visible_slots(queries, q0 + c, cb, first, last);

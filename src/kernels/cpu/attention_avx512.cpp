@@ -103,9 +103,7 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
   for_each_chunk_block<T, kQueries>(b, item, queries, [&](const QueryChunk& ch, const ChunkBlock& cb) {
     const int q0 = ch.q0, qc = ch.qc;
     __m512 s[kQueries];
-    [&]<int... I>(std::integer_sequence<int, I...>) {
-      ((qc == I + 1 ? block_scores<T, I + 1>(kv, queries, q0, cb, s) : void()), ...);
-    }(std::make_integer_sequence<int, kQueries>{});
+    with_query_count<kQueries>(qc, [&](auto n) { block_scores<T, n()>(kv, queries, q0, cb, s); });
     for (int c = 0; c < qc; ++c) {
       int first, last;
       visible_slots(queries, q0 + c, cb, first, last);

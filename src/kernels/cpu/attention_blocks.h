@@ -203,13 +203,20 @@ void add_weighted_values_of(const KvLayerView& kv, const QueryChunk& ch, const C
   if (d < D) add_weighted_values_at<V, T, QC, 1>(kv, ch, cb, weights, states, d);
 }
 
+// Calls f(std::integral_constant<int, qc>{}) for a chunk's query count qc in [1, Q]: the kernels'
+// loops over a chunk's queries take the count as a template argument.
+template <int Q, class F>
+void with_query_count(int qc, F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((qc == I + 1 ? f(std::integral_constant<int, I + 1>{}) : void()), ...);
+  }(std::make_integer_sequence<int, Q>{});
+}
+
 // For a chunk of up to Q queries.
 template <class V, KvDType T, int Q>
 void add_weighted_values(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock& cb,
                          const float (*weights)[kBlock], State* states) {
-  [&]<int... I>(std::integer_sequence<int, I...>) {
-    ((ch.qc == I + 1 ? add_weighted_values_of<V, T, I + 1>(kv, ch, cb, weights, states) : void()), ...);
-  }(std::make_integer_sequence<int, Q>{});
+  with_query_count<Q>(ch.qc, [&](auto qc) { add_weighted_values_of<V, T, qc()>(kv, ch, cb, weights, states); });
 }
 
 }  // namespace
