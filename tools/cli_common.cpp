@@ -106,31 +106,18 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
 
 void add_weight_layout_option(CLI::App& cmd, std::string& option) {
   cmd.add_option("--weight-layout", option,
-                 "Resident weights in memory: plain (the checkpoint's order), interleaved (row groups where this "
+                 "Resident weights in memory: plain (the checkpoint's order), or interleaved (row groups where this "
                  "CPU's kernels read them: BF16 with AVX-512, Q8 and Q4 with AVX2 or AVX-512; fastest for "
-                 "batches, Q4 and BF16), or auto: interleaved except for Q8 when only one sequence decodes at once")
+                 "one sequence and for batches); auto is interleaved")
       ->check(CLI::IsMember({"auto", "plain", "interleaved"}))
       ->capture_default_str();
 }
 
-namespace {
-
-// One sequence: Q4 and BF16 decode fastest from the row groups (a decode tile streams one
-// sequential range; Q4's also with a quarter of the float work of the plain kernels); Q8 read
-// about as fast from either layout in E4B decode and stays plain (docs/kernels.md).
-WeightLayout single_sequence_layout(const WeightMatrix& w) {
-  return w.format == WeightFormat::Q8 ? w.layout : cpu::preferred_layout(w);
-}
-
-}  // namespace
-
-ResidentWeights::LayoutChooser layout_chooser(const std::string& option, const std::string& residency,
-                                              int max_sequences) {
+ResidentWeights::LayoutChooser layout_chooser(const std::string& option, const std::string& residency) {
   if (option == "interleaved" && residency == "mapped")
     fail("--weight-layout interleaved needs --weights resident: mapped weights are used in the checkpoint's "
          "plain layout, in place");
   if (option == "plain") return nullptr;
-  if (option == "auto" && max_sequences <= 1) return single_sequence_layout;
   return cpu::preferred_layout;
 }
 
@@ -158,7 +145,7 @@ LoadedModel load_model(const ModelOptions& o, int max_context) {
   // The reference reads weights row by row, so copying them first would only cost time.
   const WeightResidency residency = o.backend == "reference" ? WeightResidency::Mapped : weight_residency(o.weights);
   m.checkpoint = Gemma4Checkpoint::open(dir, ShardPlan{comm.rank(), comm.size()}, residency, *m.pool, comm.rank() == 0,
-                                          layout_chooser(o.weight_layout, o.weights, /*max_sequences=*/1));
+                                          layout_chooser(o.weight_layout, o.weights));
   if (o.backend == "reference") {
     m.model = std::make_unique<ReferenceModel>(m.checkpoint->config, m.checkpoint->weights, m.pool.get());
   } else {

@@ -53,12 +53,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& options);
 
 // --weight-layout: how resident Q8/Q4 weights are arranged (kernels/weight.h, WeightLayout).
 void add_weight_layout_option(CLI::App& cmd, std::string& option);
-// The loader's layout choice for --weight-layout `option` when at most `max_sequences` decode at
-// once. auto: interleaved (where the CPU's kernels have it) for batches, which multiply it up to
-// 1.8x faster, and for one sequence of Q4, which decodes faster from its row groups; Q8 stays plain
-// for one sequence (docs/kernels.md). Error for interleaved with mapped weights.
-ResidentWeights::LayoutChooser layout_chooser(const std::string& option, const std::string& residency,
-                                              int max_sequences);
+// The loader's layout choice for --weight-layout `option`. auto: interleaved where the CPU's kernels
+// have it (batches multiply it up to 1.8x faster, and one sequence decodes faster from its row
+// groups; docs/kernels.md). Error for interleaved with mapped weights.
+ResidentWeights::LayoutChooser layout_chooser(const std::string& option, const std::string& residency);
 // "interleaved" when any of the loaded projections is in that layout (matrices whose columns are not
 // whole 512-column chunks always stay plain), else "plain".
 std::string loaded_weight_layout(const ModelWeights& weights);

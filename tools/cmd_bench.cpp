@@ -85,7 +85,7 @@ void bench(const BenchOptions& o) {
   };
   auto ckpt = Gemma4Checkpoint::open(resolve_model_dir(o.model.model_dir), ShardPlan{comm.rank(), comm.size()},
                                      weight_residency(o.model.weights), pool, comm.rank() == 0,
-                                     layout_chooser(o.model.weight_layout, o.model.weights, o.batch));
+                                     layout_chooser(o.model.weight_layout, o.model.weights));
   const Gemma4Config& c = ckpt->config;
   cpu::CpuOps ops(pool);
 

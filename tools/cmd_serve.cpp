@@ -200,7 +200,7 @@ void serve(const ServeOptions& o) {
   ThreadPool pool(o.threads > 0 ? o.threads : default_threads());
   auto checkpoint = Gemma4Checkpoint::open(dir, ShardPlan{comm.rank(), comm.size()}, weight_residency(o.weights), pool,
                                            /*show_progress=*/leader,
-                                           layout_chooser(o.weight_layout, o.weights, o.parallel));
+                                           layout_chooser(o.weight_layout, o.weights));
   if (tokenizer && tokenizer->vocab_size() > checkpoint->config.vocab_size)
     fmt::print(stderr, "tandem: warning: the tokenizer has {} ids but the model only {}; prompts with the extra "
                "ids will be refused\n", tokenizer->vocab_size(), checkpoint->config.vocab_size);

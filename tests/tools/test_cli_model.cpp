@@ -138,27 +138,26 @@ TEST(Bench, JsonReportsEveryKeyAndTheRooflineRatio) {
   EXPECT_EQ(out["batch"].get<int>(), 2);
 }
 
-// --weight-layout: auto loads Q8 plain for one sequence and interleaved (where this CPU's kernels
-// read it) for batches and for Q4 and BF16; an explicit choice wins; mapped weights cannot be
-// rearranged.
-TEST(Bench, WeightLayoutFollowsTheExpectedBatch) {
+// --weight-layout: auto loads the row groups (interleaved) wherever this CPU's kernels read them,
+// for one sequence as for batches; an explicit choice wins; mapped weights cannot be rearranged.
+TEST(Bench, WeightLayoutAutoTakesTheRowGroupsTheKernelsRead) {
   test::TempDir q8;
   quantize_checkpoint(test::synth_checkpoint("tiny"), q8.path(), WeightFormat::Q8, false);  // down_proj: 512 columns
-  const std::string batched = cpu::active_kernels().interleaved_q8 ? "interleaved" : "plain";
+  const std::string row_groups = cpu::active_kernels().interleaved_q8 ? "interleaved" : "plain";
   auto layout = [&](const std::string& options) {
     auto r = test::run(tandem_cmd("bench --model " + q8.path() + " --prompt 16 --gen 2 --threads 2 --json " + options));
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return r.exit_code == 0 ? json::parse(r.out)["weight_layout"].get<std::string>() : std::string("failed");
   };
-  EXPECT_EQ(layout("--batch 1"), "plain");
-  EXPECT_EQ(layout("--batch 2"), batched);
+  EXPECT_EQ(layout("--batch 1"), row_groups);
+  EXPECT_EQ(layout("--batch 2"), row_groups);
   EXPECT_EQ(layout("--batch 2 --weight-layout plain"), "plain");
-  EXPECT_EQ(layout("--batch 1 --weight-layout interleaved"), batched);
+  EXPECT_EQ(layout("--batch 1 --weight-layout interleaved"), row_groups);
   EXPECT_EQ(layout("--batch 2 --weights mapped"), "plain");
   auto r = test::run(tandem_cmd("bench --model " + q8.path() + " --weight-layout interleaved --weights mapped --json"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("--weight-layout interleaved needs --weights resident"));
-  // Q4 decodes faster from the row groups, so auto takes them for one sequence too.
+  // Q4 too.
   test::TempDir q4;
   quantize_checkpoint(test::synth_checkpoint("tiny"), q4.path(), WeightFormat::Q4, false);
   auto r4 = test::run(tandem_cmd("bench --model " + q4.path() + " --prompt 16 --gen 2 --threads 2 --batch 1 --json"));
