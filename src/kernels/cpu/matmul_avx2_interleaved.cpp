@@ -137,81 +137,102 @@ void ordered_chunk_sums(const uint8_t* p, int i0, const uint8_t* xc, int64_t x_s
       for (int t = 0; t < T; ++t) sums[i][h][t] = HalfVector<F>::block_sums(sums[i][h][t]);
 }
 
-// T tokens times S groups of G interleaved rows each, whose chunks are S sequential streams, read
-// a chunk of each in turn; the float sums of a row's 16 blocks wait in L1 (or registers) until the
-// end.
-template <WeightFormat F, int G, int T, int S>
-void interleaved_groups(const WeightMatrix& w, const int64_t (&first_rows)[S], const uint8_t* x, int64_t x_stride,
-                        float (&out)[S][T][kInterleaveRows]) {
+// T tokens times a group of G interleaved rows, whose chunks are one sequential stream; the float
+// sums of a row's 16 blocks wait in L1 until the end.
+template <WeightFormat F, int G, int T>
+void interleaved_group(const WeightMatrix& w, int64_t first_row, const uint8_t* x, int64_t x_stride,
+                       float (&out)[T][kInterleaveRows]) {
   constexpr int64_t kVectors = HalfVector<F>::kVectors;
   constexpr int64_t kRowChunkBytes = 64 * kVectors + 32;  // and 16 f16 scales
   const int64_t chunks = w.cols / kActivationChunkCols;
+  const uint8_t* p = interleaved_group_chunk(w, first_row, 0);
+  // Float sums of each token's rows, blocks 0-7 and 8-15: in registers for one token, on the
+  // stack for more.
+  __m256 sums[T][G][2];
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < G; ++i) sums[t][i][0] = sums[t][i][1] = _mm256_setzero_ps();
+  for (int64_t ch = 0; ch < chunks; ++ch, p += G * kRowChunkBytes) {
+    const uint8_t* xc = x + ch * kActivationChunkBytes;
+    // The chunk after next, a line at a time: in the half-at-a-time order (row by row, jumping
+    // between vectors) the hardware prefetchers fell behind (one Zen 3 core, E4B shapes, Q4: 12
+    // GB/s without, 15-17 with); in address order (one or two tokens) it made no measurable
+    // difference, nor did prefetching 4 or 8 chunks ahead, or into L2.
+    for (int64_t l = 0; l < (G * kRowChunkBytes + 63) / 64; ++l)
+      _mm_prefetch((const char*)(p + 2 * G * kRowChunkBytes + 64 * l), _MM_HINT_T0);
+    const auto add_scaled = [&](int i, int h, const __m256i (&block_sums)[T]) __attribute__((always_inline)) {
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 64 * kVectors * G + 32 * i + 16 * h)));
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const float* scales = reinterpret_cast<const float*>(xc + t * x_stride + kActivationScales);
+        const __m256 dx = _mm256_load_ps(scales + 8 * h);
+        sums[t][i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums[t]), _mm256_mul_ps(dw, dx), sums[t][i][h]);
+      }
+    };
+    if constexpr (T <= 2) {
+      constexpr int P = 4 / T;  // rows per pass: 8 accumulators
+#pragma GCC unroll 2
+      for (int i0 = 0; i0 < G; i0 += P) {
+        __m256i block_sums[P][2][T];
+        ordered_chunk_sums<F, G, T, P>(p, i0, xc, x_stride, block_sums);
+#pragma GCC unroll 4
+        for (int i = 0; i < P; ++i)
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h)
+            if (i0 + i < G) add_scaled(i0 + i, h, block_sums[i][h]);
+      }
+    } else {
+#pragma GCC unroll 4
+      for (int i = 0; i < G; ++i)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          __m256i block_sums[T];
+          half_chunk_sums<F, G, T>(p, i, h, xc, x_stride, block_sums);
+          add_scaled(i, h, block_sums);
+        }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < G; ++i)
+      out[t][i] = hsum(_mm256_add_ps(sums[t][i][0], sums[t][i][1]));
+}
+
+// One token times S whole groups at rows g[0..S), whose chunks are S sequential streams, read a chunk
+// of each in turn: interleaved_group's arithmetic for one token (the same steps in the same order),
+// without its software prefetch. (A single function for both, with S = 1 for the batches, compiled
+// 8-token tiles 10-30% slower.)
+template <WeightFormat F, int S>
+void interleaved_streams(const WeightMatrix& w, const int64_t (&g)[S], const uint8_t* x,
+                         float (&out)[S][kInterleaveRows]) {
+  constexpr int G = kInterleaveRows;
+  constexpr int64_t kVectors = HalfVector<F>::kVectors;
+  constexpr int64_t kRowChunkBytes = 64 * kVectors + 32;
+  const int64_t chunks = w.cols / kActivationChunkCols;
   const uint8_t* groups[S];
-  for (int s = 0; s < S; ++s) groups[s] = interleaved_group_chunk(w, first_rows[s], 0);
-  __m256 sums[S][T][G][2];
-  for (int s = 0; s < S; ++s)
-    for (int t = 0; t < T; ++t)
-      for (int i = 0; i < G; ++i) sums[s][t][i][0] = sums[s][t][i][1] = _mm256_setzero_ps();
+  __m256 sums[S][G][2];
+  for (int s = 0; s < S; ++s) {
+    groups[s] = interleaved_group_chunk(w, g[s], 0);
+    for (int i = 0; i < G; ++i) sums[s][i][0] = sums[s][i][1] = _mm256_setzero_ps();
+  }
   for (int64_t ch = 0; ch < chunks; ++ch) {
     const uint8_t* xc = x + ch * kActivationChunkBytes;
-#pragma GCC unroll 2
+    const float* x_scales = reinterpret_cast<const float*>(xc + kActivationScales);
     for (int s = 0; s < S; ++s) {
       const uint8_t* p = groups[s] + ch * G * kRowChunkBytes;
-      // The chunk after next, a line at a time: in the half-at-a-time order (row by row, jumping
-      // between vectors) the hardware prefetchers fell behind (one Zen 3 core, E4B shapes, Q4: 12
-      // GB/s without, 15-17 with); in address order (one or two tokens) it made no measurable
-      // difference, nor did prefetching 4 or 8 chunks ahead, or into L2. Several streams read
-      // faster without (one core, Q4 with 2 streams: 14 GB/s with, 21 without).
-      if (S == 1)
-        for (int64_t l = 0; l < (G * kRowChunkBytes + 63) / 64; ++l)
-          _mm_prefetch((const char*)(p + 2 * G * kRowChunkBytes + 64 * l), _MM_HINT_T0);
-      const auto add_scaled = [&](int i, int h, const __m256i (&block_sums)[T]) __attribute__((always_inline)) {
-        const __m256 dw =
-            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 64 * kVectors * G + 32 * i + 16 * h)));
-#pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) {
-          const float* scales = reinterpret_cast<const float*>(xc + t * x_stride + kActivationScales);
-          const __m256 dx = _mm256_load_ps(scales + 8 * h);
-          sums[s][t][i][h] =
-              _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums[t]), _mm256_mul_ps(dw, dx), sums[s][t][i][h]);
-        }
-      };
-      if constexpr (T <= 2) {
-        constexpr int P = 4 / T;  // rows per pass: 8 accumulators
-#pragma GCC unroll 2
-        for (int i0 = 0; i0 < G; i0 += P) {
-          __m256i block_sums[P][2][T];
-          ordered_chunk_sums<F, G, T, P>(p, i0, xc, x_stride, block_sums);
+      __m256i block_sums[G][2][1];
+      ordered_chunk_sums<F, G, 1, G>(p, 0, xc, 0, block_sums);
 #pragma GCC unroll 4
-          for (int i = 0; i < P; ++i)
+      for (int i = 0; i < G; ++i)
 #pragma GCC unroll 2
-            for (int h = 0; h < 2; ++h)
-              if (i0 + i < G) add_scaled(i0 + i, h, block_sums[i][h]);
+        for (int h = 0; h < 2; ++h) {
+          const __m256 dw =
+              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 64 * kVectors * G + 32 * i + 16 * h)));
+          sums[s][i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums[i][h][0]),
+                                          _mm256_mul_ps(dw, _mm256_load_ps(x_scales + 8 * h)), sums[s][i][h]);
         }
-      } else {
-#pragma GCC unroll 4
-        for (int i = 0; i < G; ++i)
-#pragma GCC unroll 2
-          for (int h = 0; h < 2; ++h) {
-            __m256i block_sums[T];
-            half_chunk_sums<F, G, T>(p, i, h, xc, x_stride, block_sums);
-            add_scaled(i, h, block_sums);
-          }
-      }
     }
   }
   for (int s = 0; s < S; ++s)
-    for (int t = 0; t < T; ++t)
-      for (int i = 0; i < G; ++i) out[s][t][i] = hsum(_mm256_add_ps(sums[s][t][i][0], sums[s][t][i][1]));
-}
-
-// Stores the rows of the group at g0 (T tokens' results) that lie in [r0, r1).
-template <int T>
-void store_group(const float (&out)[T][kInterleaveRows], int64_t g0, int64_t rows, int64_t r0, int64_t r1, float* y,
-                 int64_t y_stride) {
-  for (int t = 0; t < T; ++t)
-    for (int64_t i = std::max<int64_t>(r0 - g0, 0); i < std::min<int64_t>(rows, r1 - g0); ++i)
-      y[t * y_stride + g0 + i] = out[t][i];
+    for (int i = 0; i < G; ++i) out[s][i] = hsum(_mm256_add_ps(sums[s][i][0], sums[s][i][1]));
 }
 
 // T tokens times the row group starting at g0; stores the rows in [r0, r1).
@@ -219,14 +240,16 @@ template <WeightFormat F, int T>
 void interleaved_tokens(const WeightMatrix& w, int64_t g0, int64_t r0, int64_t r1, const uint8_t* x, int64_t x_stride,
                         float* y, int64_t y_stride) {
   const int64_t rows = interleaved_group_rows(w, g0);
-  float out[1][T][kInterleaveRows];
+  float out[T][kInterleaveRows];
   switch (rows) {
-    case 4: interleaved_groups<F, 4, T, 1>(w, {g0}, x, x_stride, out); break;
-    case 3: interleaved_groups<F, 3, T, 1>(w, {g0}, x, x_stride, out); break;
-    case 2: interleaved_groups<F, 2, T, 1>(w, {g0}, x, x_stride, out); break;
-    default: interleaved_groups<F, 1, T, 1>(w, {g0}, x, x_stride, out); break;
+    case 4: interleaved_group<F, 4, T>(w, g0, x, x_stride, out); break;
+    case 3: interleaved_group<F, 3, T>(w, g0, x, x_stride, out); break;
+    case 2: interleaved_group<F, 2, T>(w, g0, x, x_stride, out); break;
+    default: interleaved_group<F, 1, T>(w, g0, x, x_stride, out); break;
   }
-  store_group<T>(out[0], g0, rows, r0, r1, y, y_stride);
+  for (int t = 0; t < T; ++t)
+    for (int64_t i = std::max<int64_t>(r0 - g0, 0); i < std::min<int64_t>(rows, r1 - g0); ++i)
+      y[t * y_stride + g0 + i] = out[t][i];
 }
 
 constexpr int64_t kTileTokens = 8;
@@ -236,7 +259,7 @@ constexpr int64_t kTileTokens = 8;
 // reads two or more streams faster than one (plain reads alternating between two streams in runs
 // of 18 lines: one core 20.0 -> 22.7 GB/s, two 26.7 -> 28.5), and this kernel more so (`kernels_bench
 // Matvec/q[48]i`, one core, GB/s: Q4 19 -> 22 / 24 / 23 with 2 / 3 / 4 streams, Q8 17 -> 22 / 23 / 22;
-// E4B decode in the next note). Two tokens read slower this way (Q4 218 -> 184 GFLOP/s, two
+// E4B decode in docs/kernels.md (14)). Two tokens read slower this way (Q4 218 -> 184 GFLOP/s, two
 // cores), so they keep one stream.
 constexpr int kStreams = 3;
 
@@ -253,9 +276,11 @@ void streamed_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_
   for (int64_t i = 0; i < steps; ++i) {
     int64_t g[kStreams];
     for (int s = 0; s < kStreams; ++s) g[s] = group(i + s * part);
-    float out[kStreams][1][kInterleaveRows];
-    interleaved_groups<F, kInterleaveRows, 1, kStreams>(w, g, xq, 0, out);
-    for (int s = 0; s < kStreams; ++s) store_group<1>(out[s], g[s], kInterleaveRows, r0, r1, y, 0);
+    float out[kStreams][kInterleaveRows];
+    interleaved_streams<F, kStreams>(w, g, xq, out);
+    for (int s = 0; s < kStreams; ++s)
+      for (int64_t j = std::max<int64_t>(r0 - g[s], 0); j < std::min<int64_t>(kInterleaveRows, r1 - g[s]); ++j)
+        y[g[s] + j] = out[s][j];
   }
   for (int s = 0; s < kStreams; ++s)
     for (int64_t i = steps; i < part; ++i) interleaved_tokens<F, 1>(w, group(i + s * part), r0, r1, xq, 0, y, 0);
