@@ -259,8 +259,8 @@ constexpr int64_t kTileTokens = 8;
 // reads two or more streams faster than one (plain reads alternating between two streams in runs
 // of 18 lines: one core 20.0 -> 22.7 GB/s, two 26.7 -> 28.5), and this kernel more so (`kernels_bench
 // Matvec/q[48]i`, one core, GB/s: Q4 19 -> 22 / 24 / 23 with 2 / 3 / 4 streams, Q8 17 -> 22 / 23 / 22;
-// E4B decode in docs/kernels.md (14)). Two tokens read slower this way (Q4 218 -> 184 GFLOP/s, two
-// cores), so they keep one stream.
+// E4B decode in docs/kernels.md (14)). Two tokens read slower this way (`Prefill/q4i` at 2 tokens,
+// two cores: 195-204 -> 148-150 GFLOP/s), so they keep one stream.
 constexpr int kStreams = 3;
 
 // One token times the groups of [r0, r1) as kStreams streams. Each row's arithmetic is the
@@ -290,9 +290,9 @@ void streamed_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_
 template <WeightFormat F>
 void interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
                         float* y, int64_t y_stride) {
+  if (n == 1) return streamed_matmul<F>(w, r0, r1, xq, y);
   // A whole group at a time, the tokens over it in tiles of up to 8 while its rows sit in L1/L2;
   // rows of a group outside [r0, r1) are computed and not stored.
-  if (n == 1) return streamed_matmul<F>(w, r0, r1, xq, y);
   for (int64_t g0 = r0 / kInterleaveRows * kInterleaveRows; g0 < r1; g0 += kInterleaveRows) {
     for (int64_t t = 0; t < n; t += kTileTokens) {
       const uint8_t* x = xq + t * xq_stride;
