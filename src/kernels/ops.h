@@ -15,17 +15,31 @@ enum class KvDType : uint8_t { F32, BF16 };
 size_t kv_dtype_size(KvDType dtype);
 std::string_view kv_dtype_name(KvDType dtype);
 
-// One layer's paged K/V storage. Values: element (block b, KV head g, slot s, dim d) sits at
-// values + b * block_stride + g * head_stride + s * head_dim + d. Keys are stored transposed within
-// a block, at keys + b * block_stride + g * head_stride + d * block_size + s: one dimension of a
-// block's keys is then one contiguous vector (16 keys = one AVX-512 register), which is what the
-// attention kernels multiply the queries against.
+// One layer's paged K/V storage; a block's elements of one KV head are block_size * head_dim
+// consecutive elements at b * block_stride + g * head_stride. Keys are stored transposed there,
+// dimension d of slot s at d * block_size + s: one dimension of a block's keys is one contiguous
+// vector (16 keys = one AVX-512 register), which is what the attention kernels multiply the
+// queries against. Values come in runs of 64 bytes of dimensions (value_run(): 16 f32 or 32
+// bf16; the last run narrower where head_dim is not a multiple), each run holding every slot's
+// dimensions side by side: [run][slot][dimension within the run]. The kernels add a run of
+// dimensions over a block's slots at a time, so they read a block's values in address order; with
+// slot-major rows those reads were block_size lines head_dim elements apart (docs/kernels.md).
 struct KvLayerView {
   int64_t key_offset(int64_t block, int kv_head, int slot, int dim) const {
     return block * block_stride + kv_head * head_stride + int64_t(dim) * block_size + slot;
   }
-  int64_t value_offset(int64_t block, int kv_head, int slot) const {
-    return block * block_stride + kv_head * head_stride + int64_t(slot) * head_dim;
+  static constexpr int value_run_of(KvDType t) { return t == KvDType::F32 ? 16 : 32; }
+  int value_run() const { return value_run_of(dtype); }
+  // Where value (block, kv_head, slot, dim) sits; the run of dim holds value_run_width(dim)
+  // consecutive dimensions of each slot.
+  int64_t value_offset(int64_t block, int kv_head, int slot, int dim) const {
+    const int run_start = dim / value_run() * value_run();
+    return block * block_stride + kv_head * head_stride + int64_t(run_start) * block_size +
+           int64_t(slot) * value_run_width(dim) + (dim - run_start);
+  }
+  int value_run_width(int dim) const {
+    const int run_start = dim / value_run() * value_run();
+    return head_dim - run_start < value_run() ? head_dim - run_start : value_run();
   }
 
   void* keys = nullptr;

@@ -3,9 +3,11 @@
 // long single-row decodes, f32 and bf16 KV, grouped query heads, NaN in the slots never written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
@@ -66,7 +68,7 @@ void check(const Case& c, const KernelTable& kernels, bool head_major) {
           value_of[at] = round(normal(rng));
           const int64_t block = tables[size_t(s)][size_t(p / c.block_size)];
           const int64_t ko = kv.key_offset(block, g, p % c.block_size, d);
-          const int64_t vo = kv.value_offset(block, g, p % c.block_size) + d;
+          const int64_t vo = kv.value_offset(block, g, p % c.block_size, d);
           keys_f[size_t(ko)] = key_of[at];
           values_f[size_t(vo)] = value_of[at];
           keys_h[size_t(ko)] = f32_to_bf16(key_of[at]);
@@ -161,6 +163,45 @@ TEST(PagedAttention, MatchesPlainSoftmaxOnEveryIsa) {
         check(cases[i], kernels_for(isa), head_major);
       }
   }
+}
+
+// The value layout the kernels read (KvLayerView): each (slot, dimension) of a block's KV head has
+// its own element inside the head's block_size * head_dim, and a run's slots are side by side:
+// slot s + 1 follows slot s's dimensions of the run, which are consecutive.
+TEST(KvLayerView, ValuesOfABlockFillItInRunsOfSlots) {
+  for (KvDType dtype : {KvDType::F32, KvDType::BF16})
+    for (int head_dim : {8, 24, 40, 48, 64, 256, 512})
+      for (int block_size : {8, 16}) {
+        SCOPED_TRACE(std::string(kv_dtype_name(dtype)) + ", head " + std::to_string(head_dim) + ", block " +
+                     std::to_string(block_size));
+        KvLayerView kv;
+        kv.dtype = dtype;
+        kv.head_dim = head_dim;
+        kv.block_size = block_size;
+        kv.kv_heads = 2;
+        kv.block_stride = int64_t(block_size) * head_dim;
+        kv.head_stride = kv.block_stride * 5;  // head-major, 5 blocks per head
+        const int64_t base = kv.value_offset(3, 1, 0, 0);
+        ASSERT_EQ(base, 3 * kv.block_stride + kv.head_stride);
+        std::vector<int> hits(size_t(block_size) * head_dim, 0);
+        for (int s = 0; s < block_size; ++s)
+          for (int d = 0; d < head_dim; ++d) {
+            const int64_t at = kv.value_offset(3, 1, s, d) - base;
+            ASSERT_GE(at, 0);
+            ASSERT_LT(at, int64_t(hits.size()));
+            ++hits[size_t(at)];
+            const int run = kv.value_run(), width = std::min(run, head_dim - d / run * run);
+            EXPECT_EQ(kv.value_run_width(d), width);
+            if (d % run + 1 < width) {
+              EXPECT_EQ(kv.value_offset(3, 1, s, d + 1), kv.value_offset(3, 1, s, d) + 1);
+            }
+            if (s + 1 < block_size) {
+              EXPECT_EQ(kv.value_offset(3, 1, s + 1, d), kv.value_offset(3, 1, s, d) + width);
+            }
+          }
+        for (int h : hits) ASSERT_EQ(h, 1);
+        EXPECT_EQ(kv.value_run() * int(kv_dtype_size(dtype)), 64);
+      }
 }
 
 }  // namespace

@@ -75,14 +75,14 @@ ChunkBlock chunk_block(const AttentionBatch& b, const WorkItem& item, const Quer
   ChunkBlock cb;
   const int64_t phys = seq.blocks[blk - seq.first_logical_block];
   cb.k0 = kv.key_offset(phys, item.kv_head, 0, 0);
-  cb.v0 = kv.value_offset(phys, item.kv_head, 0);
+  cb.v0 = kv.value_offset(phys, item.kv_head, 0, 0);
   // The next block's keys and values stream into L2 while this one is scored and summed, at the
   // offsets read here (blocks are pages of the cache: a fresh sequence's are one run per KV head,
   // a reused cache's anywhere).
   cb.prefetch_next = prefetch_next;
   const int64_t next_phys = cb.prefetch_next ? seq.blocks[blk + 1 - seq.first_logical_block] : phys;
   cb.next_keys = element_address<T>(kv.keys, kv.key_offset(next_phys, item.kv_head, 0, 0));
-  cb.next_values = element_address<T>(kv.values, kv.value_offset(next_phys, item.kv_head, 0));
+  cb.next_values = element_address<T>(kv.values, kv.value_offset(next_phys, item.kv_head, 0, 0));
   cb.base = blk * kBlock;
   cb.slot_lo = imax(ch.key_lo - cb.base, 0);
   cb.slot_hi = imin(ch.key_hi - cb.base, kBlock - 1);
@@ -158,11 +158,12 @@ void raise_max(State& st, float block_max, int head_dim) {
 // its slots in order, so the sums are the same. The chunk's query count QC is a template
 // argument: with a run-time count GCC kept the sums on the stack. Only slots some query of the
 // chunk can see: the others may hold another sequence's leftovers (blocks are reused uncleared),
-// and 0 x NaN would still be NaN.
-template <class V, KvDType T, int QC, int N>
+// and 0 x NaN would still be NaN. kFullRuns: the step's vectors lie in full value runs
+// (KvLayerView), whose slot stride is a constant (with it read from memory, bf16 decode ran ~15%
+// slower).
+template <class V, KvDType T, int QC, int N, bool kFullRuns>
 void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock& cb,
                             const float (*weights)[kBlock], State* states, int d) {
-  const int D = kv.head_dim;
   float* acc_of[QC];
   typename V::type acc[QC][N];
 #pragma GCC unroll 8
@@ -171,15 +172,28 @@ void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const C
 #pragma GCC unroll 2
     for (int n = 0; n < N; ++n) acc[c][n] = V::load(acc_of[c] + n * V::kWidth);
   }
-  constexpr int kStepBytes = N * V::kWidth * int(kvsize<T>());
+  // Vector n of a slot sits at at[n] + slot * width[n] from the block's start: kWidth divides
+  // the run and the head size, so a vector never straddles two runs.
+  constexpr int kRun = KvLayerView::value_run_of(T);
+  int64_t at[N];
+  int width[N];
+#pragma GCC unroll 2
+  for (int n = 0; n < N; ++n) {
+    const int dim = d + n * V::kWidth, run_start = dim / kRun * kRun;
+    at[n] = int64_t(run_start) * kBlock + (dim - run_start);
+    width[n] = kFullRuns ? kRun : imin(kRun, kv.head_dim - run_start);
+  }
+  // Each 64-byte line of the next block once: a step's vectors share one unless a vector is a line.
+  constexpr int kPrefetches = V::kWidth * int(kvsize<T>()) >= 64 ? N : 1;
   for (int slot = cb.slot_lo; slot <= cb.slot_hi; ++slot) {
-    if (cb.prefetch_next)  // every 64-byte line of this step's part of the next block's row
-      for (int o = 0; o < kStepBytes; o += 64)
-        _mm_prefetch(cb.next_values + (int64_t(slot) * D + d) * kvsize<T>() + o, _MM_HINT_T1);
+    if (cb.prefetch_next)
+#pragma GCC unroll 2
+      for (int n = 0; n < kPrefetches; ++n)
+        _mm_prefetch(cb.next_values + (at[n] + int64_t(slot) * width[n]) * kvsize<T>(), _MM_HINT_T1);
     typename V::type v[N];
 #pragma GCC unroll 2
     for (int n = 0; n < N; ++n)
-      v[n] = V::template load_kv<T>(kv.values, cb.v0 + int64_t(slot) * D + d + n * V::kWidth);
+      v[n] = V::template load_kv<T>(kv.values, cb.v0 + at[n] + int64_t(slot) * width[n]);
 #pragma GCC unroll 8
     for (int c = 0; c < QC; ++c) {
       const typename V::type w = V::set1(weights[c][slot]);
@@ -196,11 +210,12 @@ void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const C
 template <class V, KvDType T, int QC>
 void add_weighted_values_of(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock& cb,
                             const float (*weights)[kBlock], State* states) {
-  const int D = kv.head_dim;
+  constexpr int kStep = 2 * V::kWidth;
+  const int D = kv.head_dim, full_runs = D / KvLayerView::value_run_of(T) * KvLayerView::value_run_of(T);
   int d = 0;
-  for (; d + 2 * V::kWidth <= D; d += 2 * V::kWidth)
-    add_weighted_values_at<V, T, QC, 2>(kv, ch, cb, weights, states, d);
-  if (d < D) add_weighted_values_at<V, T, QC, 1>(kv, ch, cb, weights, states, d);
+  for (; d + kStep <= full_runs; d += kStep) add_weighted_values_at<V, T, QC, 2, true>(kv, ch, cb, weights, states, d);
+  for (; d + kStep <= D; d += kStep) add_weighted_values_at<V, T, QC, 2, false>(kv, ch, cb, weights, states, d);
+  if (d < D) add_weighted_values_at<V, T, QC, 1, false>(kv, ch, cb, weights, states, d);
 }
 
 // Calls f(std::integral_constant<int, qc>{}) for a chunk's query count qc in [1, Q]: the kernels'

@@ -67,8 +67,7 @@ void generic_item(const KernelTable& k, const AttentionBatch& b, const WorkItem&
       if (!visible(b, seq.positions[item.row_begin + r], j)) continue;
       if (!loaded) {  // gather the transposed key, widen both to float
         for (int d = 0; d < D; ++d) key[d] = element(kv, kv.keys, kv.key_offset(block, item.kv_head, slot, d));
-        const int64_t v0 = kv.value_offset(block, item.kv_head, slot);
-        for (int d = 0; d < D; ++d) value[d] = element(kv, kv.values, v0 + d);
+        for (int d = 0; d < D; ++d) value[d] = element(kv, kv.values, kv.value_offset(block, item.kv_head, slot, d));
         loaded = true;
       }
       const int64_t row = seq.first_row + item.row_begin + r;

@@ -84,17 +84,19 @@ void CpuOps::store_kv(const KvLayerView& kv, const KvSequence& seq, const float*
     for (int g = 0; g < kv.kv_heads; ++g) {
       const float* ks = k + int64_t(seq.first_row + r) * k_stride + int64_t(g) * D;
       const float* vs = v + int64_t(seq.first_row + r) * v_stride + int64_t(g) * D;
-      const int64_t key0 = kv.key_offset(block, g, slot, 0), value0 = kv.value_offset(block, g, slot);
+      const int64_t key0 = kv.key_offset(block, g, slot, 0);
       if (kv.dtype == KvDType::F32) {
         float* kd = static_cast<float*>(kv.keys);
         for (int d = 0; d < D; ++d) kd[key0 + int64_t(d) * kv.block_size] = ks[d];  // transposed
-        std::memcpy(static_cast<float*>(kv.values) + value0, vs, size_t(D) * 4);
+        for (int d = 0; d < D; d += kv.value_run())  // the slot's part of each run
+          std::memcpy(static_cast<float*>(kv.values) + kv.value_offset(block, g, slot, d), vs + d,
+                      size_t(kv.value_run_width(d)) * 4);
       } else {
         uint16_t* kd = static_cast<uint16_t*>(kv.keys);
-        uint16_t* vd = static_cast<uint16_t*>(kv.values) + value0;
-        for (int d = 0; d < D; ++d) {
-          kd[key0 + int64_t(d) * kv.block_size] = f32_to_bf16(ks[d]);
-          vd[d] = f32_to_bf16(vs[d]);
+        for (int d = 0; d < D; ++d) kd[key0 + int64_t(d) * kv.block_size] = f32_to_bf16(ks[d]);
+        for (int d = 0; d < D; d += kv.value_run()) {
+          uint16_t* vd = static_cast<uint16_t*>(kv.values) + kv.value_offset(block, g, slot, d);
+          for (int i = 0; i < kv.value_run_width(d); ++i) vd[i] = f32_to_bf16(vs[d + i]);
         }
       }
     }
