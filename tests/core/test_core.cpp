@@ -100,8 +100,8 @@ TEST(ThreadPool, ParallelChunksGoToTheThreadThatIsFree) {
 
 TEST(ThreadPool, ParallelChunksWalkOwnShareForwardAndStealFromTheBack) {
   // Each thread reads its own rows as one forward stream; a thread that is done takes the last
-  // chunks of the others, so the streams meet in the middle. Runs are a quarter of what is left of
-  // a share (at least one chunk).
+  // chunks of the others, so the streams meet in the middle. Runs are three quarters of what is
+  // left of a share (at least one chunk).
   ThreadPool pool(2);
   std::mutex m;
   std::map<std::thread::id, std::vector<std::pair<int64_t, int64_t>>> order;
@@ -116,11 +116,9 @@ TEST(ThreadPool, ParallelChunksWalkOwnShareForwardAndStealFromTheBack) {
   std::vector<std::pair<int64_t, int64_t>> slow, fast;
   for (auto& [id, seq] : order) (seq.front().first == 0 ? slow : fast) = seq;
   using Runs = std::vector<std::pair<int64_t, int64_t>>;
-  EXPECT_EQ(slow, Runs({{0, 5}}));  // a quarter of its share [0, 20), then it sleeps
-  EXPECT_EQ(fast, Runs({{20, 25}, {25, 28}, {28, 31}, {31, 33}, {33, 34}, {34, 35}, {35, 36}, {36, 37},
-                        {37, 38}, {38, 39}, {39, 40},                                // own share
-                        {17, 20}, {14, 17}, {12, 14}, {11, 12}, {10, 11}, {9, 10}, {8, 9}, {7, 8},
-                        {6, 7}, {5, 6}}));                                           // the other's, from the back
+  EXPECT_EQ(slow, Runs({{0, 15}}));  // three quarters of its share [0, 20), then it sleeps
+  EXPECT_EQ(fast, Runs({{20, 35}, {35, 38}, {38, 39}, {39, 40},  // own share
+                        {17, 20}, {16, 17}, {15, 16}}));       // the other's, from the back
 }
 
 TEST(ThreadPool, ParallelChunksEndOnSingleChunks) {
