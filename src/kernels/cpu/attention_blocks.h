@@ -179,9 +179,8 @@ void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const C
   int width[N];
 #pragma GCC unroll 2
   for (int n = 0; n < N; ++n) {
-    const int dim = d + n * V::kWidth, run_start = dim / kRun * kRun;
-    at[n] = int64_t(run_start) * kBlock + (dim - run_start);
-    width[n] = kFullRuns ? kRun : imin(kRun, kv.head_dim - run_start);
+    at[n] = kv.value_offset(0, 0, 0, d + n * V::kWidth);
+    width[n] = kFullRuns ? kRun : kv.value_run_width(d + n * V::kWidth);
   }
   // Each 64-byte line of the next block once: a step's vectors share one unless a vector is a line.
   constexpr int kPrefetches = V::kWidth * int(kvsize<T>()) >= 64 ? N : 1;
