@@ -17,6 +17,10 @@ struct CpuFeatures {
   bool avx512_bf16 = false;
   bool avx512_vnni = false;
   bool avx_vnni = false;
+  // Who made the CPU and its display family (cpuid leaf 1, extended family added): AMD Zen 4 is
+  // 0x19, Zen 5 0x1a. Kernels tune a few choices by it where cores measured differently.
+  bool amd = false;
+  int family = 0;
 };
 
 enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };

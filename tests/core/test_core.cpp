@@ -1,15 +1,18 @@
 // Floor 1: dtype conversions, the thread pool, CPU feature detection.
 #include <gtest/gtest.h>
 
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <string>
 #include <thread>
 
 #include "core/cpu_features.h"
@@ -186,6 +189,22 @@ TEST(CpuFeatures, CapLowersButNeverRaisesTheIsa) {
     EXPECT_TRUE(cpu_features().avx2);
     EXPECT_TRUE(cpu_features().fma);
   }
+}
+
+// The kernel tuning by CPU family reads cpuid; the kernel's /proc/cpuinfo decodes the same leaf.
+TEST(CpuFeatures, VendorAndFamilyMatchProcCpuinfo) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  if (!cpuinfo) GTEST_SKIP() << "no /proc/cpuinfo";
+  std::string line, vendor;
+  int family = -1;
+  while (std::getline(cpuinfo, line) && (vendor.empty() || family < 0)) {
+    const auto value = [&] { return line.substr(line.find(':') + 2); };
+    if (line.rfind("vendor_id", 0) == 0) vendor = value();
+    if (line.rfind("cpu family", 0) == 0) family = std::stoi(value());
+  }
+  if (family < 0) GTEST_SKIP() << "/proc/cpuinfo names no cpu family";
+  EXPECT_EQ(cpu_features().amd, vendor == "AuthenticAMD");
+  EXPECT_EQ(cpu_features().family, family);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/cpu_features.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/tiled_matmul.h"
 
@@ -36,10 +37,22 @@ constexpr int64_t kChunkBytesX = 640, kScalesAt = 512, kCorrectionsAt = 576;
 
 // Batched tiles prefetch into L2, one line beside each load: issuing a chunk's 8-16 prefetches per
 // row in one burst before its loads read Q8 from DRAM 10% slower on one Zen 4 core (20-21 against
-// 22-24 GB/s). A decode tile reads its whole row group as one sequential stream and leaves it to
-// the hardware prefetchers, which follow it like a plain read; in a read test a software prefetch
-// 4 KB ahead of such a stream slowed it (docs/kernels.md, Row groups).
+// 22-24 GB/s).
 void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T1); }
+
+// A decode tile reads its whole row group as one sequential stream. On Zen 4 the hardware
+// prefetchers follow it like a plain read, and in a read test a software prefetch 4 KB ahead of such
+// a stream slowed it (docs/kernels.md, Row groups). On Zen 5 they fall behind the tile's arithmetic:
+// the tile read 0.6-0.7 of the probe without help, and with every line prefetched into L1 this far
+// ahead 0.8-1.0 (E4B q4 decode 17 -> 24-25 tok/s; docs/kernels.md, "Decode prefetch on Zen 5").
+// 6-9 KB measured alike, 12-16 KB lower. Unknown CPUs get the prefetch: only Zen 4 measured worse.
+int64_t decode_prefetch_bytes() {
+  static const int64_t bytes = [] {
+    const CpuFeatures& f = cpu_features();
+    return f.amd && f.family < 0x1a ? int64_t(0) : int64_t(8192);
+  }();
+  return bytes;
+}
 
 template <WeightFormat F, int R, int T>
 struct InterleavedTile {
@@ -59,13 +72,15 @@ struct InterleavedTile {
       for (int r = 0; r < R; ++r) acc[r][t] = corr;
     }
     if constexpr (T == 1) {
-      (void)ahead;
       // One token: each weight vector meets one activation vector, so it is loaded where it is
       // used and only the accumulators stay in registers.
       const __m512i nibble = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 1
       for (int k = 0; k < kVectors; ++k) {
         const uint8_t* wk = w0 + k * vs;
+        if (ahead)
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) _mm_prefetch((const char*)(wk + 64 * r + ahead), _MM_HINT_T0);
         if constexpr (F == WeightFormat::Q8) {
           const __m512i xv = _mm512_load_si512(xc + 64 * k);
 #pragma GCC unroll 8
@@ -139,7 +154,8 @@ struct InterleavedTile {
 
   // Chunks [ch0, ch1) of the tile's rows and tokens into its float sums; `first`: the sums hold
   // nothing yet, so the first chunk stores instead of adding. ahead: bytes to the lines that are
-  // prefetched beside each load (0: the line about to be loaded, which costs less than a branch).
+  // prefetched beside each load (batches: 0 is the line about to be loaded, which costs less than a
+  // branch; one token: 0 is none), and any other ahead prefetches the chunk's scales at + ahead into L2.
   static void chunks(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t ch0,
                      int64_t ch1, bool first, int64_t ahead, float* sums) {
     const int64_t group_rows = interleaved_group_rows(w, row);
@@ -182,7 +198,7 @@ struct InterleavedTile {
     }
     // Float sums live in L1, not registers: the int32 accumulators need those (as in the panels).
     alignas(64) float sums[R * T * 16];
-    chunks(w, row, xb, x_stride, k0 / kInterleaveChunk, k1 / kInterleaveChunk, true, 0, sums);
+    chunks(w, row, xb, x_stride, k0 / kInterleaveChunk, k1 / kInterleaveChunk, true, decode_prefetch_bytes(), sums);
     store(sums, row, y, y_stride, accumulate);
   }
 };
