@@ -35,27 +35,36 @@ namespace {
 // The activations' panel layout: 8 x 64 codes | 16 float scales | 16 int32 corrections per chunk.
 constexpr int64_t kChunkBytesX = 640, kScalesAt = 512, kCorrectionsAt = 576;
 
-// Batched tiles prefetch into L2, one line beside each load: issuing a chunk's 8-16 prefetches per
-// row in one burst before its loads read Q8 from DRAM 10% slower on one Zen 4 core (20-21 against
-// 22-24 GB/s).
-void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T1); }
+// Where the tiles' software prefetches go, by core (docs/kernels.md, "Prefetch on Zen 5"). Batched
+// tiles prefetch the next row group, one line beside each load: issuing a chunk's 8-16 prefetches
+// per row in one burst before its loads read Q8 from DRAM 10% slower on one Zen 4 core (20-21
+// against 22-24 GB/s). A decode tile reads its whole row group as one sequential stream. On Zen 4
+// the hardware prefetchers follow it like a plain read, a software prefetch 4 KB ahead of such a
+// stream slowed it in a read test (docs/kernels.md, Row groups), and L1 prefetches a tile ahead
+// cost the plain decode tiles up to half their speed, so there the batches prefetch into L2 and
+// the decode tiles not at all. On Zen 5 the hardware prefetchers fall behind the decode tile's
+// arithmetic (0.6-0.7 of the probe), and every line prefetched into L1 8 KB ahead brings it to
+// 0.8-1.0 (E4B q4 decode 17 -> 24-25 tok/s); the batches' prefetches into L1 instead of L2 made
+// E4B batches of 8 9-13% faster. Only where measured: other CPUs keep the Zen 4 choices.
+struct PrefetchTuning {
+  int64_t decode_ahead = 0;    // bytes ahead of a decode tile's loads, into L1; 0: none
+  bool batch_into_l1 = false;  // batched tiles' next-group lines into L1 (else L2)
+};
 
-// A decode tile reads its whole row group as one sequential stream. On Zen 4 the hardware
-// prefetchers follow it like a plain read, and in a read test a software prefetch 4 KB ahead of such
-// a stream slowed it (docs/kernels.md, Row groups). On Zen 5 they fall behind the tile's arithmetic:
-// the tile read 0.6-0.7 of the probe without help, and with every line prefetched into L1 this far
-// ahead 0.8-1.0 (E4B q4 decode 17 -> 24-25 tok/s; docs/kernels.md, "Decode prefetch on Zen 5").
-// 6-9 KB measured alike, 12-16 KB lower. Unknown CPUs get the prefetch: only Zen 4 measured worse.
-int64_t decode_prefetch_bytes() {
-  static const int64_t bytes = [] {
+const PrefetchTuning& prefetch_tuning() {
+  static const PrefetchTuning tuning = [] {
     const CpuFeatures& f = cpu_features();
-    return f.amd && f.family < 0x1a ? int64_t(0) : int64_t(8192);
+    const bool zen5_or_later = f.amd && f.family >= 0x1a;
+    return zen5_or_later ? PrefetchTuning{8192, true} : PrefetchTuning{};
   }();
-  return bytes;
+  return tuning;
 }
 
-template <WeightFormat F, int R, int T>
+// Hint: where the batched tiles' prefetches go (_MM_HINT_T1: L2, _MM_HINT_T0: L1).
+template <WeightFormat F, int R, int T, int Hint = _MM_HINT_T1>
 struct InterleavedTile {
+  static void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, static_cast<_mm_hint>(Hint)); }
+
   static constexpr int kVectors = F == WeightFormat::Q8 ? 8 : 4;  // 64-byte weight vectors per chunk and row
 
   // One 512-column chunk: 8 vpdpbusd per accumulator, then each block's sum scaled into the sums.
@@ -192,13 +201,15 @@ struct InterleavedTile {
     if constexpr (R > 1) {
       if (row % kInterleaveRows + R > interleaved_group_rows(w, row)) {  // across two row groups: unaligned ranges only
         for (int r = 0; r < R; ++r)
-          InterleavedTile<F, 1, T>::run(w, row + r, xb, x_stride, k0, k1, y, y_stride, accumulate, prefetch_next);
+          InterleavedTile<F, 1, T, Hint>::run(w, row + r, xb, x_stride, k0, k1, y, y_stride, accumulate,
+                                              prefetch_next);
         return;
       }
     }
     // Float sums live in L1, not registers: the int32 accumulators need those (as in the panels).
     alignas(64) float sums[R * T * 16];
-    chunks(w, row, xb, x_stride, k0 / kInterleaveChunk, k1 / kInterleaveChunk, true, decode_prefetch_bytes(), sums);
+    chunks(w, row, xb, x_stride, k0 / kInterleaveChunk, k1 / kInterleaveChunk, true, prefetch_tuning().decode_ahead,
+           sums);
     store(sums, row, y, y_stride, accumulate);
   }
 };
@@ -234,17 +245,17 @@ struct BatchTiles {
   StoreFn store[kBatchRows][kBatchTokens];
 };
 
-template <WeightFormat F, int R, int... Ts>
+template <WeightFormat F, int Hint, int R, int... Ts>
 void fill_batch_row(BatchTiles& b, std::integer_sequence<int, Ts...>) {
-  ((b.chunks[R - 1][Ts] = &InterleavedTile<F, R, Ts + 1>::chunks,
-    b.store[R - 1][Ts] = &InterleavedTile<F, R, Ts + 1>::store),
+  ((b.chunks[R - 1][Ts] = &InterleavedTile<F, R, Ts + 1, Hint>::chunks,
+    b.store[R - 1][Ts] = &InterleavedTile<F, R, Ts + 1, Hint>::store),
    ...);
 }
 
-template <WeightFormat F, int... Rs>
+template <WeightFormat F, int Hint, int... Rs>
 BatchTiles make_batch_tiles(std::integer_sequence<int, Rs...>) {
   BatchTiles b{};
-  (fill_batch_row<F, Rs + 1>(b, std::make_integer_sequence<int, kBatchTokens>{}), ...);
+  (fill_batch_row<F, Hint, Rs + 1>(b, std::make_integer_sequence<int, kBatchTokens>{}), ...);
   return b;
 }
 
@@ -256,7 +267,9 @@ BatchTiles make_batch_tiles(std::integer_sequence<int, Rs...>) {
 template <WeightFormat F>
 void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
                     float* y, int64_t y_stride) {
-  static const BatchTiles tiles = make_batch_tiles<F>(std::make_integer_sequence<int, kBatchRows>{});
+  static const BatchTiles into_l2 = make_batch_tiles<F, _MM_HINT_T1>(std::make_integer_sequence<int, kBatchRows>{});
+  static const BatchTiles into_l1 = make_batch_tiles<F, _MM_HINT_T0>(std::make_integer_sequence<int, kBatchRows>{});
+  const BatchTiles& tiles = prefetch_tuning().batch_into_l1 ? into_l1 : into_l2;
   constexpr int64_t kMaxTokens = kBatchTokens * kMaxBatchTiles;
   for (int64_t t0 = kMaxTokens; t0 < n; t0 += kMaxTokens)  // only reached if the panels' threshold moves
     batched_matmul<F>(w, r0, r1, xq + t0 * xq_stride, xq_stride, std::min(kMaxTokens, n - t0), y + t0 * y_stride,
