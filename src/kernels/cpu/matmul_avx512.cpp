@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/prefetch_tuning.h"
 #include "kernels/cpu/tiled_matmul.h"
 
 #pragma GCC push_options
@@ -111,10 +112,12 @@ struct FloatTile {
 
 // BF16/F16 in the Interleaved layout (kernels/weight.h): a tile of a whole row group reads one
 // sequential stream, vector by vector, instead of R rows side by side (R = 2 groups: two streams).
-// One or two tokens (decode) leave the streams to the hardware prefetchers, as the interleaved
-// Q8/Q4 tiles do; batches prefetch the next group at the same columns. Columns [k0, k1) are whole
+// One or two tokens (decode) leave the streams to the hardware prefetchers (on Zen 5, where the
+// interleaved Q8/Q4 tiles prefetch theirs, the same prefetch did not help these: docs/kernels.md,
+// "Prefetch on Zen 5"); batches prefetch the next group at the same columns. Columns [k0, k1) are whole
 // 32-value vectors.
-template <WeightFormat F, int R, int T>
+// Hint: where the batched tiles' prefetches go (_MM_HINT_T1: L2, _MM_HINT_T0: L1; prefetch_tuning.h).
+template <WeightFormat F, int R, int T, int Hint = _MM_HINT_T1>
 struct InterleavedFloatTile {
   static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
                   float* y, int64_t y_stride, bool accumulate, bool prefetch_next) {
@@ -123,15 +126,17 @@ struct InterleavedFloatTile {
     const int64_t group_rows = interleaved_group_rows(w, row);
     if constexpr (R > G) {
       if (R % G != 0 || row % G != 0) {  // not whole groups: a group's tile, then the rest
-        InterleavedFloatTile<F, G, T>::run(w, row, xb, x_stride, k0, k1, y, y_stride, accumulate, prefetch_next);
-        InterleavedFloatTile<F, R - G, T>::run(w, row + G, xb, x_stride, k0, k1, y, y_stride, accumulate,
-                                               prefetch_next);
+        InterleavedFloatTile<F, G, T, Hint>::run(w, row, xb, x_stride, k0, k1, y, y_stride, accumulate,
+                                                 prefetch_next);
+        InterleavedFloatTile<F, R - G, T, Hint>::run(w, row + G, xb, x_stride, k0, k1, y, y_stride, accumulate,
+                                                     prefetch_next);
         return;
       }
     } else if constexpr (R > 1) {
       if (row % G + R > group_rows) {  // across two row groups: only for unaligned row ranges
         for (int r = 0; r < R; ++r)
-          InterleavedFloatTile<F, 1, T>::run(w, row + r, xb, x_stride, k0, k1, y, y_stride, accumulate, prefetch_next);
+          InterleavedFloatTile<F, 1, T, Hint>::run(w, row + r, xb, x_stride, k0, k1, y, y_stride, accumulate,
+                                                   prefetch_next);
         return;
       }
     }
@@ -157,7 +162,7 @@ struct InterleavedFloatTile {
         __m512 wf[R];
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-          if (ahead && half == 0) _mm_prefetch((const char*)row_at(wv, r) + ahead, _MM_HINT_T1);
+          if (ahead && half == 0) _mm_prefetch((const char*)row_at(wv, r) + ahead, static_cast<_mm_hint>(Hint));
           wf[r] = L::full(row_at(wv, r) + 32 * half);
         }
 #pragma GCC unroll 8
@@ -185,6 +190,8 @@ struct ForFormat {
   struct Tile : FloatTile<F, R, T> {};
   template <int R, int T>
   struct InterleavedTile : InterleavedFloatTile<F, R, T> {};
+  template <int R, int T>
+  struct InterleavedTileL1 : InterleavedFloatTile<F, R, T, _MM_HINT_T0> {};
 };
 
 // Plain rows are walked 16 columns at a time; row groups a whole 64-byte vector (32 values) at a time.
@@ -200,9 +207,12 @@ TileSet make_tiles() {
   return set;
 }
 
-template <WeightFormat F, int R, int T>
+// Batches' tiles with their next-group prefetches into L1 instead of L2 (prefetch_tuning.h).
+template <WeightFormat F, int R, int T, bool PrefetchIntoL1 = false>
 TileSet make_interleaved_tiles() {
-  return make_tiles<F, R, T, true>();
+  TileSet set = make_tiles<F, R, T, true>();
+  if constexpr (PrefetchIntoL1) fill_tiles<ForFormat<F>::template InterleavedTileL1, R, T>(set);
+  return set;
 }
 
 // ---- Prefill (16+ tokens): outer products over packed panels ----------------------------------
@@ -363,13 +373,16 @@ void avx512_matmul_rows_float(const WeightMatrix& w, int64_t r0, int64_t r1, con
   if (w.layout == WeightLayout::Interleaved && n < kPanelMinTokens) {
     static const TileSet f16i = make_interleaved_tiles<WeightFormat::F16, kInterleaveRows, kTileTokens>();
     static const TileSet bf16i = make_interleaved_tiles<WeightFormat::BF16, kInterleaveRows, kTileTokens>();
+    static const TileSet f16i_l1 = make_interleaved_tiles<WeightFormat::F16, kInterleaveRows, kTileTokens, true>();
+    static const TileSet bf16i_l1 = make_interleaved_tiles<WeightFormat::BF16, kInterleaveRows, kTileTokens, true>();
     static const TileSet f16i_decode = make_interleaved_tiles<WeightFormat::F16, kInterleaveRows, 2>();
     static const TileSet bf16i_decode = make_interleaved_tiles<WeightFormat::BF16, kInterleaveRows, 2>();
     static const TileSet f16i_decode_long = make_interleaved_tiles<WeightFormat::F16, 2 * kInterleaveRows, 2>();
     static const TileSet bf16i_decode_long = make_interleaved_tiles<WeightFormat::BF16, 2 * kInterleaveRows, 2>();
     const bool bf16_format = w.format == WeightFormat::BF16;
     const bool long_rows = w.cols * int64_t(sizeof(float)) > kOneGroupMaxActivationBytes;
-    const TileSet& tiles = n > 2         ? (bf16_format ? bf16i : f16i)
+    const bool into_l1 = prefetch_tuning().batch_into_l1;
+    const TileSet& tiles = n > 2         ? (bf16_format ? (into_l1 ? bf16i_l1 : bf16i) : (into_l1 ? f16i_l1 : f16i))
                            : long_rows ? (bf16_format ? bf16i_decode_long : f16i_decode_long)
                                        : (bf16_format ? bf16i_decode : f16i_decode);
     return tiled_matmul(tiles, w, r0, r1, reinterpret_cast<const uint8_t*>(x), x_stride * 4, n, y, y_stride);

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <utility>
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/prefetch_tuning.h"
 #include "kernels/cpu/tiled_matmul.h"
 
 #pragma GCC push_options
@@ -35,32 +35,7 @@ namespace {
 // The activations' panel layout: 8 x 64 codes | 16 float scales | 16 int32 corrections per chunk.
 constexpr int64_t kChunkBytesX = 640, kScalesAt = 512, kCorrectionsAt = 576;
 
-// Where the tiles' software prefetches go, by core (docs/kernels.md, "Prefetch on Zen 5"). Batched
-// tiles prefetch the next row group, one line beside each load: issuing a chunk's 8-16 prefetches
-// per row in one burst before its loads read Q8 from DRAM 10% slower on one Zen 4 core (20-21
-// against 22-24 GB/s). A decode tile reads its whole row group as one sequential stream. On Zen 4
-// the hardware prefetchers follow it like a plain read, a software prefetch 4 KB ahead of such a
-// stream slowed it in a read test (docs/kernels.md, Row groups), and L1 prefetches a tile ahead
-// cost the plain decode tiles up to half their speed, so there the batches prefetch into L2 and
-// the decode tiles not at all. On Zen 5 the hardware prefetchers fall behind the decode tile's
-// arithmetic (0.6-0.7 of the probe), and every line prefetched into L1 8 KB ahead brings it to
-// 0.8-1.0 (E4B q4 decode 17 -> 24-25 tok/s); the batches' prefetches into L1 instead of L2 made
-// E4B batches of 8 9-13% faster. Only where measured: other CPUs keep the Zen 4 choices.
-struct PrefetchTuning {
-  int64_t decode_ahead = 0;    // bytes ahead of a decode tile's loads, into L1; 0: none
-  bool batch_into_l1 = false;  // batched tiles' next-group lines into L1 (else L2)
-};
-
-const PrefetchTuning& prefetch_tuning() {
-  static const PrefetchTuning tuning = [] {
-    const CpuFeatures& f = cpu_features();
-    const bool zen5_or_later = f.amd && f.family >= 0x1a;
-    return zen5_or_later ? PrefetchTuning{8192, true} : PrefetchTuning{};
-  }();
-  return tuning;
-}
-
-// Hint: where the batched tiles' prefetches go (_MM_HINT_T1: L2, _MM_HINT_T0: L1).
+// Hint: where the batched tiles' prefetches go (_MM_HINT_T1: L2, _MM_HINT_T0: L1; prefetch_tuning.h).
 template <WeightFormat F, int R, int T, int Hint = _MM_HINT_T1>
 struct InterleavedTile {
   static void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, static_cast<_mm_hint>(Hint)); }

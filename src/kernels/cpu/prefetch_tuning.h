@@ -1,0 +1,33 @@
+#pragma once
+// Where the AVX-512 tiles' software prefetches go, by core (docs/kernels.md, "Prefetch on Zen 5").
+//
+// Batched tiles prefetch the next row group, one line beside each load. A one-token tile of the row
+// groups reads its group as one sequential stream. On Zen 4 the hardware prefetchers follow such a
+// stream like a plain read, a software prefetch 4 KB ahead of it slowed it in a read test
+// (docs/kernels.md, Row groups), and L1 prefetches a tile ahead cost the plain decode tiles up to
+// half their speed: there batches prefetch into L2 and one-token tiles not at all. On Zen 5 the
+// hardware prefetchers fall behind the one-token VNNI tile's arithmetic (0.6-0.7 of the probe),
+// every line prefetched into L1 8 KB ahead brings it to 0.8-1.0 (E4B q4 decode 17 -> 24-25 tok/s),
+// and the batches' prefetches into L1 instead of L2 made E4B batches of 8 faster (q8 13%, q4 9%,
+// bf16 ~4%). Only where measured: other CPUs keep the Zen 4 choices.
+#include <cstdint>
+
+#include "core/cpu_features.h"
+
+namespace tandem::cpu::detail {
+
+struct PrefetchTuning {
+  int64_t decode_ahead = 0;    // bytes ahead of a one-token VNNI tile's loads, into L1; 0: none
+  bool batch_into_l1 = false;  // batched tiles' next-group lines into L1 (else L2)
+};
+
+inline const PrefetchTuning& prefetch_tuning() {
+  static const PrefetchTuning tuning = [] {
+    const CpuFeatures& f = cpu_features();
+    const bool zen5_or_later = f.amd && f.family >= 0x1a;
+    return zen5_or_later ? PrefetchTuning{8192, true} : PrefetchTuning{};
+  }();
+  return tuning;
+}
+
+}  // namespace tandem::cpu::detail
