@@ -1,7 +1,6 @@
 // Floor 1: dtype conversions, the thread pool, CPU feature detection.
 #include <gtest/gtest.h>
 
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>

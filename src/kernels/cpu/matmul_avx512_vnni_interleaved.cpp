@@ -35,7 +35,7 @@ namespace {
 // The activations' panel layout: 8 x 64 codes | 16 float scales | 16 int32 corrections per chunk.
 constexpr int64_t kChunkBytesX = 640, kScalesAt = 512, kCorrectionsAt = 576;
 
-// Hint: where the batched tiles' prefetches go (_MM_HINT_T1: L2, _MM_HINT_T0: L1; prefetch_tuning.h).
+// Hint: where the tile's prefetches go (_MM_HINT_T1: L2, _MM_HINT_T0: L1; prefetch_tuning.h).
 template <WeightFormat F, int R, int T, int Hint = _MM_HINT_T1>
 struct InterleavedTile {
   static void prefetch(const uint8_t* p) { _mm_prefetch((const char*)p, static_cast<_mm_hint>(Hint)); }
@@ -64,7 +64,7 @@ struct InterleavedTile {
         const uint8_t* wk = w0 + k * vs;
         if (ahead)
 #pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) _mm_prefetch((const char*)(wk + 64 * r + ahead), _MM_HINT_T0);
+          for (int r = 0; r < R; ++r) prefetch(wk + 64 * r + ahead);
         if constexpr (F == WeightFormat::Q8) {
           const __m512i xv = _mm512_load_si512(xc + 64 * k);
 #pragma GCC unroll 8
@@ -139,7 +139,7 @@ struct InterleavedTile {
   // Chunks [ch0, ch1) of the tile's rows and tokens into its float sums; `first`: the sums hold
   // nothing yet, so the first chunk stores instead of adding. ahead: bytes to the lines that are
   // prefetched beside each load (batches: 0 is the line about to be loaded, which costs less than a
-  // branch; one token: 0 is none), and any other ahead prefetches the chunk's scales at + ahead into L2.
+  // branch; one token: 0 is none), and any other ahead prefetches the chunk's scales at + ahead.
   static void chunks(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t ch0,
                      int64_t ch1, bool first, int64_t ahead, float* sums) {
     const int64_t group_rows = interleaved_group_rows(w, row);
@@ -192,7 +192,7 @@ struct InterleavedTile {
 template <WeightFormat F>
 struct ForFormat {
   template <int R, int T>
-  struct Tile : InterleavedTile<F, R, T> {};
+  struct Tile : InterleavedTile<F, R, T, _MM_HINT_T0> {};  // decode: prefetch_tuning().decode_ahead is into L1
 };
 
 template <WeightFormat F, int R, int T>
