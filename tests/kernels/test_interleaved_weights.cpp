@@ -7,6 +7,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -244,15 +245,16 @@ TEST_P(InterleavedMatmul, PrefillBlocking) {
 }
 
 // Batched decode walks a row group's columns in blocks (several, the last one short, at 4608
-// columns): the reference's values for every token, and for Q8/Q4 on any table exactly what each
-// token gets when it is multiplied alone, since a dot product adds its chunks in the same order.
+// columns): the reference's values for every token, and on any table exactly what each token gets
+// when it is multiplied alone, since a dot product adds its chunks (Q8/Q4) or vectors (BF16/F16)
+// in the same order for any token count.
 TEST_P(InterleavedMatmul, BatchedDecodeGivesEachTokenItsOwnResult) {
   if (int(GetParam()) > int(best_supported_isa())) GTEST_SKIP() << "not supported by this CPU";
   const cpu::KernelTable& k = cpu::kernels_for(GetParam());
   ThreadPool pool(2);
   std::mt19937 rng(12);
   constexpr int64_t kCols = 4608;
-  for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4})
+  for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::BF16, WeightFormat::F16})
     for (int64_t rows : {6, 37}) {
       const OwnedMatrix m = interleaved_copy(random_matrix(f, rows, kCols, false, rng));
       for (int64_t n : {2, 5, 8, 15}) {
@@ -268,6 +270,63 @@ TEST_P(InterleavedMatmul, BatchedDecodeGivesEachTokenItsOwnResult) {
             ASSERT_EQ(batched[size_t(i * rows + r)], alone[size_t(r)]) << what << ": token " << i << " row " << r;
         }
       }
+    }
+}
+
+// One token over BF16/F16 row groups reads runs from several places of a pass side by side
+// (KernelTable::matvec_streams): every row gets exactly the sum matmul_rows gives it, in groups of
+// matrices of any height (short last groups) on pools of 1-3 threads, and from runs that start
+// inside a row group or end inside one.
+TEST_P(InterleavedMatmul, OneTokenStreamsGiveEveryRowItsOwnSum) {
+  if (int(GetParam()) > int(best_supported_isa())) GTEST_SKIP() << "not supported by this CPU";
+  const cpu::KernelTable& k = cpu::kernels_for(GetParam());
+  std::mt19937 rng(14);
+  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::F16})
+    for (int64_t cols : {32, 2560}) {
+      std::vector<OwnedMatrix> ms;
+      for (int64_t rows : {203, 64, 6, 130}) ms.push_back(interleaved_copy(random_matrix(f, rows, cols, false, rng)));
+      const std::string what = std::string(isa_name(GetParam())) + " " + std::string(weight_format_name(f)) + " cols " +
+                               std::to_string(cols);
+      if (GetParam() == Isa::Avx512) {
+        EXPECT_TRUE(k.reads_in_streams(ms[0].view)) << what;
+      }
+      const std::vector<float> x = random_vector(size_t(cols), rng);
+      std::vector<std::vector<float>> expected(ms.size()), got(ms.size());
+      std::vector<MatmulTarget> targets;
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (size_t i = 0; i < ms.size(); ++i) {
+        const WeightMatrix& w = ms[i].view;
+        const cpu::KernelTable& rows_table = k.reads_layout(w) ? k : cpu::scalar_kernels();
+        expected[i].assign(size_t(w.rows), -1.0f);
+        rows_table.matmul_rows(w, 0, w.rows, x.data(), cols, 1, expected[i].data(), w.rows);
+        for (int64_t r = 0; r < w.rows; ++r) {
+          w.row_to_float(r, row.data());
+          const Expected e = expected_dot(row, x.data(), cols, false);
+          ASSERT_NEAR(expected[i][size_t(r)], e.value, e.tolerance) << what << " matrix " << i << " row " << r;
+        }
+        got[i].assign(size_t(w.rows), -1.0f);
+        targets.push_back({&w, got[i].data(), w.rows});
+      }
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        for (auto& g : got) std::fill(g.begin(), g.end(), -1.0f);
+        cpu::matmul_group(pool, k, targets, x.data(), cols, 1);
+        for (size_t i = 0; i < ms.size(); ++i)
+          EXPECT_EQ(got[i], expected[i]) << what << " matrix " << i << " threads " << threads;
+      }
+      if (!k.matvec_streams) continue;
+      // Runs that start or end inside a row group, and a run of a short last group.
+      const cpu::RowRun runs[] = {{&ms[0].view, 5, 43, got[0].data()},
+                                  {&ms[1].view, 0, 6, got[1].data()},
+                                  {&ms[2].view, 4, 6, got[2].data()},
+                                  {&ms[3].view, 64, 130, got[3].data()}};
+      for (auto& g : got) std::fill(g.begin(), g.end(), -1.0f);
+      k.matvec_streams(std::span<const cpu::RowRun>(runs), x.data());
+      for (size_t i = 0; i < ms.size(); ++i)
+        for (int64_t r = 0; r < ms[i].view.rows; ++r) {
+          const bool in_run = r >= runs[i].r0 && r < runs[i].r1;
+          ASSERT_EQ(got[i][size_t(r)], in_run ? expected[i][size_t(r)] : -1.0f) << what << " matrix " << i << " row " << r;
+        }
     }
 }
 

@@ -144,6 +144,27 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
     k.quantize_activations(w0, n, x, x_stride, 0, n, xq, stride);
   }
 
+  if (n == 1 && k.reads_in_streams(w0)) {
+    // Unit j of this pass is unit j of each of its kMatvecStreams parts: a thread taking units in
+    // order reads that many far-apart places of the weights side by side.
+    const int64_t per_stream = (units + kMatvecStreams - 1) / kMatvecStreams;
+    auto multiply_streams = [&](int64_t j0, int64_t j1) {
+      RowRun runs[kMatvecStreams];
+      for (int64_t j = j0; j < j1; ++j) {
+        size_t count = 0, i = 0;
+        for (int64_t u = j; u < units && count < size_t(kMatvecStreams); u += per_stream) {
+          while (u >= first_unit[i + 1]) ++i;
+          const WeightMatrix& w = *targets[i].w;
+          const int64_t r0 = (u - first_unit[i]) * kRowGrain;
+          runs[count++] = {&w, r0, std::min(w.rows, r0 + kRowGrain), targets[i].y};
+        }
+        k.matvec_streams(std::span(runs, count), x);
+      }
+    };
+    if (parallel) pool.parallel_chunks(per_stream, 1, multiply_streams);
+    else multiply_streams(0, per_stream);
+    return;
+  }
   auto multiply = [&](int64_t u0, int64_t u1) {
     for (size_t i = 0; i < targets.size() && u0 < u1; ++i) {
       if (u0 >= first_unit[i + 1]) continue;

@@ -12,6 +12,16 @@
 
 namespace tandem::cpu {
 
+// Rows [r0, r1) of one matrix for one token: y[r] = W(r, :) . x for r in [r0, r1).
+struct RowRun {
+  const WeightMatrix* w = nullptr;
+  int64_t r0 = 0, r1 = 0;
+  float* y = nullptr;
+};
+
+// How many row runs a core reads side by side for one token (KernelTable::matvec_streams).
+constexpr int kMatvecStreams = 4;
+
 struct KernelTable {
   Isa isa;
   // y[i * y_stride + r] = sum_c W(r, c) * x[i * x_stride + c]  for r in [r0, r1), i in [0, n).
@@ -55,6 +65,18 @@ struct KernelTable {
   bool interleaved_q4 = false;
   bool interleaved_float = false;
 
+  // One token over up to kMatvecStreams row runs of BF16/F16 matrices of one width in
+  // WeightLayout::Interleaved, read side by side. One core keeps more DRAM reads in flight on
+  // several streams far apart than on one, as the bandwidth probe reads (docs/kernels.md,
+  // "Streams"), so matmul() hands each thread runs from kMatvecStreams places of a pass. Each
+  // row's sum is the one matmul_rows gives. nullptr where a table has none. (The Q8/Q4 one-token
+  // tiles prefetch their stream in software instead; streams measured no faster there.)
+  void (*matvec_streams)(std::span<const RowRun> runs, const float* x) = nullptr;
+
+  bool reads_in_streams(const WeightMatrix& w) const {
+    return matvec_streams && w.layout == WeightLayout::Interleaved &&
+           (w.format == WeightFormat::BF16 || w.format == WeightFormat::F16);
+  }
   bool reads_interleaved(WeightFormat format) const {
     if (format == WeightFormat::Q8) return interleaved_q8;
     if (format == WeightFormat::Q4) return interleaved_q4;

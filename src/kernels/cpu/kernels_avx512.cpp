@@ -162,6 +162,7 @@ KernelTable make_table() {
   t.dot = dot;
   t.axpy = axpy;
   t.interleaved_float = true;
+  t.matvec_streams = detail::avx512_matvec_streams_float;
   if (cpu_features().avx512_vnni) {
     t.quantized_activation_stride = detail::avx512vnni_activation_stride;
     t.quantize_activations = detail::avx512vnni_quantize_activations;

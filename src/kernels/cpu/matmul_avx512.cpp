@@ -112,10 +112,10 @@ struct FloatTile {
 
 // BF16/F16 in the Interleaved layout (kernels/weight.h): a tile of a whole row group reads one
 // sequential stream, vector by vector, instead of R rows side by side (R = 2 groups: two streams).
-// One or two tokens (decode) leave the streams to the hardware prefetchers (on Zen 5, where the
-// interleaved Q8/Q4 tiles prefetch theirs, the same prefetch did not help these: docs/kernels.md,
-// "Prefetch on Zen 5"); batches prefetch the next group at the same columns. Columns [k0, k1) are whole
-// 32-value vectors.
+// One or two tokens leave the streams to the hardware prefetchers (one token mostly goes through
+// stream_groups below); batches prefetch the next group at the same columns. Columns [k0, k1) are
+// whole 32-value vectors. Every row adds its products vector by vector, each vector's two halves in
+// turn, into one accumulator, for any R and T: a row's sum does not depend on the token count.
 // Hint: where the batched tiles' prefetches go (_MM_HINT_T1: L2, _MM_HINT_T0: L1; prefetch_tuning.h).
 template <WeightFormat F, int R, int T, int Hint = _MM_HINT_T1>
 struct InterleavedFloatTile {
@@ -148,12 +148,9 @@ struct InterleavedFloatTile {
     const int64_t ahead = prefetch_next && T > 2 ? R / G * group_bytes : 0;
     const float* xp[T];
     for (int t = 0; t < T; ++t) xp[t] = reinterpret_cast<const float*>(xb + t * x_stride) + k0;
-    // Decode tiles sum each vector's two halves apart: twice the independent FMA chains.
-    constexpr int H = R * T <= 8 ? 2 : 1;
-    __m512 acc[H][R][T];
-    for (int h = 0; h < H; ++h)
-      for (int r = 0; r < R; ++r)
-        for (int t = 0; t < T; ++t) acc[h][r][t] = _mm512_setzero_ps();
+    __m512 acc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
     const int64_t vectors = (k1 - k0) / 32;
     for (int64_t v = 0; v < vectors; ++v) {
       const uint8_t* wv = w0 + v * vs;
@@ -169,20 +166,82 @@ struct InterleavedFloatTile {
         for (int t = 0; t < T; ++t) {
           const __m512 xv = _mm512_loadu_ps(xp[t] + 32 * v + 16 * half);
 #pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) acc[half % H][r][t] = _mm512_fmadd_ps(wf[r], xv, acc[half % H][r][t]);
+          for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wf[r], xv, acc[r][t]);
         }
       }
     }
     for (int t = 0; t < T; ++t) {
       float* out = y + t * y_stride + row;
       for (int r = 0; r < R; ++r) {
-        const __m512 a = H == 2 ? _mm512_add_ps(acc[0][r][t], acc[H - 1][r][t]) : acc[0][r][t];
-        const float s = _mm512_reduce_add_ps(a);
+        const float s = _mm512_reduce_add_ps(acc[r][t]);
         out[r] = accumulate ? out[r] + s : s;
       }
     }
   }
 };
+
+// One token over S full row groups read side by side, one 64-byte vector of each group in turn:
+// S streams far apart keep more of DRAM's bandwidth in flight on one core than one stream does
+// (E4B bf16 decode on Zen 5: docs/kernels.md, "Streams"). Each row sums as InterleavedFloatTile
+// does, so its result is the same on either path.
+template <WeightFormat F, int S>
+void stream_groups(const uint8_t* const* groups, float* const* out, int64_t vectors, const float* x) {
+  using L = Widen<F>;
+  constexpr int G = kInterleaveRows;
+  __m512 acc[S][G];
+  for (int s = 0; s < S; ++s)
+    for (int r = 0; r < G; ++r) acc[s][r] = _mm512_setzero_ps();
+  for (int64_t v = 0; v < vectors; ++v) {
+    const __m512 lo = _mm512_loadu_ps(x + 32 * v), hi = _mm512_loadu_ps(x + 32 * v + 16);
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s)
+#pragma GCC unroll 4
+      for (int r = 0; r < G; ++r) {
+        const uint8_t* p = groups[s] + (v * G + r) * 64;
+        acc[s][r] = _mm512_fmadd_ps(L::full(p), lo, acc[s][r]);
+        acc[s][r] = _mm512_fmadd_ps(L::full(p + 32), hi, acc[s][r]);
+      }
+  }
+  for (int s = 0; s < S; ++s)
+    for (int r = 0; r < G; ++r) out[s][r] = _mm512_reduce_add_ps(acc[s][r]);
+}
+
+// The runs' whole row groups go through stream_groups, one group of each run at a time; a run's
+// rows that are not whole groups (a short last group, an unaligned start) through the tiles.
+template <WeightFormat F>
+void matvec_streams(std::span<const RowRun> runs, const float* x) {
+  constexpr int G = kInterleaveRows;
+  int64_t next[kMatvecStreams];
+  const size_t count = std::min(runs.size(), size_t(kMatvecStreams));
+  for (size_t i = 0; i < count; ++i) next[i] = runs[i].r0;
+  const uint8_t* groups[kMatvecStreams];
+  float* out[kMatvecStreams];
+  for (;;) {
+    int s = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const RowRun& run = runs[i];
+      const WeightMatrix& w = *run.w;
+      if (next[i] >= run.r1) continue;
+      if (next[i] % G == 0 && next[i] + G <= run.r1 && interleaved_group_rows(w, next[i]) == G) {
+        groups[s] = interleaved_float_at(w, next[i], 0);
+        out[s++] = run.y + next[i];
+        next[i] += G;
+      } else {
+        avx512_matmul_rows_float(w, next[i], run.r1, x, w.cols, 1, run.y, w.rows);
+        next[i] = run.r1;
+      }
+    }
+    const int64_t vectors = runs[0].w->cols / 32;
+    switch (s) {
+      case 0: return;
+      case 1: stream_groups<F, 1>(groups, out, vectors, x); break;
+      case 2: stream_groups<F, 2>(groups, out, vectors, x); break;
+      case 3: stream_groups<F, 3>(groups, out, vectors, x); break;
+      default: stream_groups<F, 4>(groups, out, vectors, x); break;
+    }
+  }
+}
+static_assert(kMatvecStreams == 4, "matvec_streams instantiates stream_groups for 1-4 groups");
 
 template <WeightFormat F>
 struct ForFormat {
@@ -361,6 +420,12 @@ PanelKernels panel_kernels() {
 }
 
 }  // namespace
+
+void avx512_matvec_streams_float(std::span<const RowRun> runs, const float* x) {
+  if (runs.empty()) return;
+  if (runs[0].w->format == WeightFormat::BF16) matvec_streams<WeightFormat::BF16>(runs, x);
+  else matvec_streams<WeightFormat::F16>(runs, x);
+}
 
 void avx512_matmul_rows_float(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride,
                               int64_t n, float* y, int64_t y_stride) {
