@@ -113,9 +113,10 @@ struct FloatTile {
 // BF16/F16 in the Interleaved layout (kernels/weight.h): a tile of a whole row group reads one
 // sequential stream, vector by vector, instead of R rows side by side (R = 2 groups: two streams).
 // One or two tokens leave the streams to the hardware prefetchers (one token mostly goes through
-// stream_groups below); batches prefetch the next group at the same columns. Columns [k0, k1) are
-// whole 32-value vectors. Every row adds its products vector by vector, each vector's two halves in
-// turn, into one accumulator, for any R and T: a row's sum does not depend on the token count.
+// stream_groups below); batches prefetch the next group at the same columns, or on Zen 5 a fixed
+// distance ahead (prefetch_tuning.h). Columns [k0, k1) are whole 32-value vectors. Every row adds
+// its products vector by vector, each vector's two halves in turn, into one accumulator, for any R
+// and T: a row's sum does not depend on the token count.
 // Hint: where the batched tiles' prefetches go (_MM_HINT_T1: L2, _MM_HINT_T0: L1; prefetch_tuning.h).
 template <WeightFormat F, int R, int T, int Hint = _MM_HINT_T1>
 struct InterleavedFloatTile {
@@ -145,7 +146,8 @@ struct InterleavedFloatTile {
     const int64_t vs = 64 * (R > G ? G : group_rows);  // from a row's vector to its next
     const int64_t group_bytes = G * w.row_stride;
     auto row_at = [&](const uint8_t* wv, int r) { return wv + (r / G) * group_bytes + 64 * (r % G); };
-    const int64_t ahead = prefetch_next && T > 2 ? R / G * group_bytes : 0;
+    const int64_t batch_ahead = prefetch_tuning().float_batch_ahead;
+    const int64_t ahead = prefetch_next && T > 2 ? (batch_ahead > 0 ? batch_ahead : R / G * group_bytes) : 0;
     const float* xp[T];
     for (int t = 0; t < T; ++t) xp[t] = reinterpret_cast<const float*>(xb + t * x_stride) + k0;
     __m512 acc[R][T];

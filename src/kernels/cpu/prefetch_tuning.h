@@ -9,7 +9,9 @@
 // hardware prefetchers fall behind the one-token VNNI tile's arithmetic (0.6-0.7 of the probe),
 // every line prefetched into L1 8 KB ahead brings it to 0.8-1.0 (E4B q4 decode 17 -> 24-25 tok/s),
 // and the batches' prefetches into L1 instead of L2 made E4B batches of 8 faster (q8 13%, q4 9%,
-// bf16 ~4%). Only where measured: other CPUs keep the Zen 4 choices.
+// bf16 ~4%); bf16 batches gained another 3-4% from prefetching 8 KB ahead in their stream rather
+// than the next group (20-80 KB ahead), where q8/q4 did not. Only where measured: other CPUs keep
+// the Zen 4 choices.
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -19,13 +21,15 @@ namespace tandem::cpu::detail {
 struct PrefetchTuning {
   int64_t decode_ahead = 0;    // bytes ahead of a one-token VNNI tile's loads, into L1; 0: none
   bool batch_into_l1 = false;  // batched tiles' next-group lines into L1 (else L2)
+  // Bytes ahead of a batched BF16/F16 row-group tile's loads; 0: the next group at the same columns.
+  int64_t float_batch_ahead = 0;
 };
 
 inline const PrefetchTuning& prefetch_tuning() {
   static const PrefetchTuning tuning = [] {
     const CpuFeatures& f = cpu_features();
     const bool zen5_or_later = f.amd && f.family >= 0x1a;
-    return zen5_or_later ? PrefetchTuning{8192, true} : PrefetchTuning{};
+    return zen5_or_later ? PrefetchTuning{8192, true, 8192} : PrefetchTuning{};
   }();
   return tuning;
 }
