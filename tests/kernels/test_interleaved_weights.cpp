@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -315,16 +316,18 @@ TEST_P(InterleavedMatmul, OneTokenStreamsGiveEveryRowItsOwnSum) {
           EXPECT_EQ(got[i], expected[i]) << what << " matrix " << i << " threads " << threads;
       }
       if (!k.matvec_streams) continue;
-      // Runs that start or end inside a row group, and a run of a short last group.
-      const cpu::RowRun runs[] = {{&ms[0].view, 5, 43, got[0].data()},
-                                  {&ms[1].view, 0, 6, got[1].data()},
-                                  {&ms[2].view, 4, 6, got[2].data()},
-                                  {&ms[3].view, 64, 130, got[3].data()}};
+      // Runs that start or end inside a row group, a run of a short last group, and more runs than
+      // are read side by side at once.
+      const cpu::RowRun runs[] = {{&ms[0].view, 5, 43, got[0].data()},  {&ms[1].view, 0, 6, got[1].data()},
+                                  {&ms[2].view, 4, 6, got[2].data()},   {&ms[3].view, 64, 130, got[3].data()},
+                                  {&ms[0].view, 96, 203, got[0].data()}};
+      static_assert(std::size(runs) > size_t(cpu::kMatvecStreams));
       for (auto& g : got) std::fill(g.begin(), g.end(), -1.0f);
       k.matvec_streams(std::span<const cpu::RowRun>(runs), x.data());
       for (size_t i = 0; i < ms.size(); ++i)
         for (int64_t r = 0; r < ms[i].view.rows; ++r) {
-          const bool in_run = r >= runs[i].r0 && r < runs[i].r1;
+          bool in_run = false;
+          for (const cpu::RowRun& run : runs) in_run = in_run || (run.w == &ms[i].view && r >= run.r0 && r < run.r1);
           ASSERT_EQ(got[i][size_t(r)], in_run ? expected[i][size_t(r)] : -1.0f) << what << " matrix " << i << " row " << r;
         }
     }

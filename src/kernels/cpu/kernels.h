@@ -65,8 +65,8 @@ struct KernelTable {
   bool interleaved_q4 = false;
   bool interleaved_float = false;
 
-  // One token over up to kMatvecStreams row runs of BF16/F16 matrices of one width in
-  // WeightLayout::Interleaved, read side by side. One core keeps more DRAM reads in flight on
+  // One token over row runs of BF16/F16 matrices of one width in WeightLayout::Interleaved,
+  // kMatvecStreams runs read side by side at a time. One core keeps more DRAM reads in flight on
   // several streams far apart than on one, as the bandwidth probe reads (docs/kernels.md,
   // "Streams"), so matmul() hands each thread runs from kMatvecStreams places of a pass. Each
   // row's sum is the one matmul_rows gives. nullptr where a table has none. (The Q8/Q4 one-token

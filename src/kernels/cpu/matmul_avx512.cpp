@@ -214,7 +214,7 @@ template <WeightFormat F>
 void matvec_streams(std::span<const RowRun> runs, const float* x) {
   constexpr int G = kInterleaveRows;
   int64_t next[kMatvecStreams];
-  const size_t count = std::min(runs.size(), size_t(kMatvecStreams));
+  const size_t count = runs.size();  // at most kMatvecStreams (avx512_matvec_streams_float)
   for (size_t i = 0; i < count; ++i) next[i] = runs[i].r0;
   const uint8_t* groups[kMatvecStreams];
   float* out[kMatvecStreams];
@@ -424,9 +424,11 @@ PanelKernels panel_kernels() {
 }  // namespace
 
 void avx512_matvec_streams_float(std::span<const RowRun> runs, const float* x) {
-  if (runs.empty()) return;
-  if (runs[0].w->format == WeightFormat::BF16) matvec_streams<WeightFormat::BF16>(runs, x);
-  else matvec_streams<WeightFormat::F16>(runs, x);
+  for (size_t first = 0; first < runs.size(); first += kMatvecStreams) {  // more runs: kMatvecStreams at a time
+    const auto some = runs.subspan(first, std::min(runs.size() - first, size_t(kMatvecStreams)));
+    if (some[0].w->format == WeightFormat::BF16) matvec_streams<WeightFormat::BF16>(some, x);
+    else matvec_streams<WeightFormat::F16>(some, x);
+  }
 }
 
 void avx512_matmul_rows_float(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride,
