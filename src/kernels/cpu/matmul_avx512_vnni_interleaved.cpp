@@ -234,11 +234,14 @@ BatchTiles make_batch_tiles(std::integer_sequence<int, Rs...>) {
   return b;
 }
 
-// Q8 in blocks of 4 chunks (2048 columns: a 4-row tile's 8.5 KB of weights and a token tile's 10
-// KB of activations), Q4 in whole rows. Measured on Zen 4, two threads from DRAM, 8 tokens, the
-// two alternated in one process (60 rounds each): Q8 2560 x 10240 0.72-0.75 of the time of whole
-// rows (whose 43 KB per group do not stay in L1 for the second token tile), 10240 x 2560 0.91-0.93,
-// 12 tokens 0.86; Q4 0.99-1.01 at 8 tokens and 1.05 at 15 with blocks of 2-4 chunks.
+// Blocks of at most 4 chunks (2048 columns: a 4-row tile's 8.5 KB of Q8 weights or 4.5 KB of Q4 and
+// a token tile's 10 KB of activations), split evenly so that 2560 columns make one block of 5
+// rather than 4 + 1. Whole rows of 10240 columns keep 51 KB of activations per token tile, more
+// than L1. Zen 5, 8 tokens, 2 threads from DRAM (kernels_bench Batch8, GFLOP/s, runs alternated):
+// Q4 2560 x 10240 585 with whole rows against 795 in blocks of 4; 10240 x 2560 the same; Q8 the same
+// either way (it waits on memory). Zen 4 had measured Q8 blocks of 4 at 0.72-0.93 of the time of
+// whole rows and Q4 0.99-1.05. E4B q4 batches of 8 (bench, steps alternated A-B-B-A in one
+// process, against the same harness with both sides alike): 3-8% more tokens/s.
 template <WeightFormat F>
 void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
                     float* y, int64_t y_stride) {
@@ -251,7 +254,8 @@ void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t
                       y_stride);
   n = std::min(n, kMaxTokens);
   const int64_t chunks = w.cols / kInterleaveChunk;
-  const int64_t block = F == WeightFormat::Q8 ? 4 : chunks;
+  constexpr int64_t kMaxBlockChunks = 4;
+  const int64_t blocks = (chunks + kMaxBlockChunks - 1) / kMaxBlockChunks, block = (chunks + blocks - 1) / blocks;
   // The same rows of the next group at the same columns are prefetched beside each load.
   const int64_t next_group = kInterleaveRows * (w.row_stride + w.scale_stride);
   constexpr int64_t kTileSums = kBatchRows * kBatchTokens * 16;
