@@ -235,8 +235,8 @@ BatchTiles make_batch_tiles(std::integer_sequence<int, Rs...>) {
 }
 
 // Blocks of at most 4 chunks (2048 columns: a 4-row tile's 8.5 KB of Q8 weights or 4.5 KB of Q4 and
-// a token tile's 10 KB of activations), split evenly so that 2560 columns make one block of 5
-// rather than 4 + 1. Whole rows of 10240 columns keep 51 KB of activations per token tile, more
+// a token tile's 10 KB of activations), split evenly: 2560 columns make blocks of 3 and 2 chunks
+// rather than 4 and 1. Whole rows of 10240 columns keep 51 KB of activations per token tile, more
 // than L1. Zen 5, 8 tokens, 2 threads from DRAM (kernels_bench Batch8, GFLOP/s, runs alternated):
 // Q4 2560 x 10240 585 with whole rows against 795 in blocks of 4; 10240 x 2560 the same; Q8 the same
 // either way (it waits on memory). Zen 4 had measured Q8 blocks of 4 at 0.72-0.93 of the time of
