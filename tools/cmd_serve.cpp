@@ -46,6 +46,7 @@ struct ServeOptions {
   int ctx_size = 0;
   int max_step_tokens = 256;
   std::string kv_dtype = "f32";
+  bool kv_prefault = false;
   std::string weights = "resident";
   std::string weight_layout = "auto";
   std::string served_model_name;
@@ -81,7 +82,7 @@ size_t parse_byte_size(const std::string& option, const std::string& text) {
 }
 
 // Default KV budget: a quarter of the machine's memory, between 1 and 16 GiB. The pool is reserved
-// address space; pages are backed only as sequences use them.
+// address space; pages are backed only as sequences use them (all at start-up with --kv-prefault).
 size_t default_kv_memory() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   const double quarter = pages > 0 && page > 0 ? double(pages) * double(page) / 4.0 : double(size_t(4) << 30);
@@ -215,6 +216,7 @@ void serve(const ServeOptions& o) {
   engine_options.worker.max_step_tokens = o.max_step_tokens;
   engine_options.worker.kv_memory_bytes = kv_bytes;
   engine_options.worker.kv_dtype = o.kv_dtype == "bf16" ? KvDType::BF16 : KvDType::F32;
+  engine_options.worker.kv_prefault = o.kv_prefault;
   engine_options.max_waiting = o.max_queue;
   engine_options.context_limit = o.ctx_size;
   if (!leader) {
@@ -245,8 +247,9 @@ void serve(const ServeOptions& o) {
   }
   fmt::print(stderr,
              "tandem: ready: serving '{}' from {} on http://{}:{} (context {} tokens, {} sequences at once, KV {:.0f} "
-             "MiB {}, {} weight layout, {} threads{})\n",
+             "MiB {}{}, {} weight layout, {} threads{})\n",
              name, dir, o.host, port, engine.context_limit(), o.parallel, double(kv_bytes) / 1048576.0, o.kv_dtype,
+             o.kv_prefault ? " prefaulted" : "",
              loaded_weight_layout(checkpoint->weights), pool.size(),
              comm.size() > 1 ? fmt::format(", {} ranks", comm.size()) : "");
 
@@ -295,6 +298,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
+  cmd->add_flag("--kv-prefault", o->kv_prefault,
+                "Back the whole KV budget with memory at start-up (huge pages where allowed) instead of as "
+                "sequences first use it: no page faults in the steps, the memory committed up front");
   cmd->add_option("--served-model-name", o->served_model_name, "Model id in the API (default: the folder name)");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger ones get 413")
       ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/huge_pages.h"
 
 namespace tandem {
 
@@ -76,12 +77,14 @@ KvCache::KvCache(const Gemma4Config& config, const ModelWeights& weights, const 
     bytes_ += 2 * size_t(blocks) * size_t(s.block_stride) * size_t(s.kv_heads) * elem;
   }
   if (bytes_ > 0) {
-    // Anonymous pages: reserved now, backed by memory only once a block is first written.
+    // Anonymous pages: reserved now, backed by memory once a block is first written (or all at once
+    // with options.prefault).
     memory_ = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (memory_ == MAP_FAILED) {
       memory_ = nullptr;
       fail("cannot reserve {:.1f} GiB for the KV cache", bytes_ / 1073741824.0);
     }
+    if (options.prefault) prefault_fresh_pages(memory_, bytes_);
   }
   for (size_t i = 0; i < config.layers.size(); ++i) {
     const LayerConfig& l = config.layers[i];

@@ -19,6 +19,9 @@ struct KvCacheOptions {
   KvDType dtype = KvDType::F32;
   int64_t full_blocks = 0;
   int64_t sliding_blocks = 0;
+  // Back the whole pool with memory at start-up (see prefault_fresh_pages) instead of page by page
+  // as blocks are first written: steadier step times, and the memory is committed up front.
+  bool prefault = false;
 };
 
 struct KvSequenceBlocks {

@@ -11,8 +11,9 @@ namespace tandem {
 
 Worker::Worker(const Gemma4Checkpoint& ckpt, Ops& ops, Communicator& comm, const WorkerOptions& options)
     : options_(options), slots_(size_t(options.max_slots)), comm_(comm) {
-  const KvCacheOptions kv = KvCache::plan(ckpt.config, ckpt.weights, options.kv_memory_bytes, options.max_slots,
-                                          options.max_step_tokens, options.kv_block_size, options.kv_dtype);
+  KvCacheOptions kv = KvCache::plan(ckpt.config, ckpt.weights, options.kv_memory_bytes, options.max_slots,
+                                    options.max_step_tokens, options.kv_block_size, options.kv_dtype);
+  kv.prefault = options.kv_prefault;
   cache_ = std::make_unique<KvCache>(ckpt.config, ckpt.weights, kv);
   // Every running sequence may want one logit row per step.
   model_ = std::make_unique<Gemma4Model>(ckpt.config, ckpt.weights, ops, comm, *cache_, options.max_step_tokens,

@@ -19,6 +19,7 @@ struct WorkerOptions {
   size_t kv_memory_bytes = size_t(1) << 30;
   int kv_block_size = 16;
   KvDType kv_dtype = KvDType::F32;
+  bool kv_prefault = false;  // KvCacheOptions::prefault
 };
 
 class Worker {

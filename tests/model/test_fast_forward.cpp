@@ -3,6 +3,9 @@
 // any mix of sequences in one batch.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "core/cpu_features.h"
@@ -244,6 +247,43 @@ TEST(FastForwardErrors, TooManyTokensOrUnreservedBlocks) {
   EXPECT_THROW(model.forward(std::span(&too_long, 1)), Error);
   StepSequence unreserved{&kv, std::span<const int32_t>(ids).subspan(0, 4), 1};
   EXPECT_THROW(model.forward(std::span(&unreserved, 1)), Error);
+}
+
+// Fraction of the pages of [p, p + bytes) that are backed by memory.
+double resident_fraction(const void* p, size_t bytes) {
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  const size_t pages = (reinterpret_cast<uintptr_t>(p) + bytes - begin + page - 1) / page;
+  std::vector<unsigned char> in_core(pages);
+  if (::mincore(reinterpret_cast<void*>(begin), pages * page, in_core.data()) != 0) return -1;
+  return double(std::count_if(in_core.begin(), in_core.end(), [](unsigned char c) { return c & 1; })) / double(pages);
+}
+
+// A prefaulted pool is backed before any step writes it (a lazy one is not), and computes the same.
+TEST(KvCachePrefault, BacksThePoolAtStartUpAndChangesNoResult) {
+  auto ckpt = Gemma4Checkpoint::open(test::golden_tiny_checkpoint());
+  const Gemma4Config& c = ckpt->config;
+  ThreadPool pool(1);
+  cpu::CpuOps ops(pool);
+  LocalCommunicator comm;
+  std::vector<float> logits[2];
+  for (int prefault = 0; prefault < 2; ++prefault) {
+    KvCacheOptions options = KvCache::plan(c, ckpt->weights, 8 << 20, 2, 8, 16, KvDType::F32);
+    options.prefault = prefault == 1;
+    KvCache cache(c, ckpt->weights, options);
+    ASSERT_FALSE(c.layers[0].shares_kv);
+    const void* pool_start = cache.layer_view(0).keys;  // the first layer's keys open the pool
+    EXPECT_EQ(resident_fraction(pool_start, cache.bytes()), prefault ? 1.0 : 0.0) << "prefault " << prefault;
+
+    Gemma4Model model(c, ckpt->weights, ops, comm, cache, 8, 1);
+    KvSequenceBlocks kv;
+    const auto ids = pseudo_random_ids(6, c.vocab_size, 3);
+    ASSERT_TRUE(cache.reserve(kv, int(ids.size())));
+    StepSequence step{&kv, std::span<const int32_t>(ids), 1};
+    model.forward(std::span(&step, 1));
+    logits[prefault].assign(model.logits(0), model.logits(0) + model.vocab_local());
+  }
+  EXPECT_EQ(logits[0], logits[1]);
 }
 
 // Resident weights are byte copies of the mapped ones, so the logits must be bit-identical, for
