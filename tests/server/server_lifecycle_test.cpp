@@ -155,6 +155,19 @@ TEST(ServerLifecycle, ListensBeforeTheModelIsLoaded) {
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 
+TEST(ServerLifecycle, KvPrefaultBacksTheBudgetBeforeServing) {
+  const std::string model = need_model();
+  SKIP_WITHOUT_NPM(model);
+  test::ServerProcess server;
+  server.start(model, {"--kv-memory", "64MiB", "--kv-prefault"});
+  EXPECT_THAT(server.log(), HasSubstr("KV 64 MiB f32 prefaulted"));
+  const auto reply = test::curl(test::shell_quote(server.base_url() + "/v1/chat/completions") +
+                                " -d '{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 4}'");
+  EXPECT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(reply.json()["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
 TEST(ServerLifecycle, RefusesAModelWithoutTokenizer) {
   const std::string model = test::synth_checkpoint("tiny");  // synthesized without a tokenizer.json
   const auto r = test::run(test::shell_quote(test::tandem_binary()) + " serve --port 0 --model " +
