@@ -1,6 +1,7 @@
 #include "model/kv_cache.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -127,6 +128,25 @@ KvSequence KvCache::sequence_view(int layer, const KvSequenceBlocks& seq) const 
     v.first_logical_block = seq.sliding_first;
   }
   return v;
+}
+
+void KvCache::prefault_blocks(int64_t full, int64_t sliding) {
+  const size_t elem = kv_dtype_size(options_.dtype);
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));  // madvise wants page-aligned starts
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const LayerStorage& s = layers_[i];
+    if (!s.keys) continue;
+    const bool is_full = config_.layers[i].kind == AttentionKind::Full;
+    const int64_t blocks = std::min(is_full ? full : sliding, is_full ? options_.full_blocks : options_.sliding_blocks);
+    if (blocks <= 0) continue;
+    for (void* base : {s.keys, s.values})
+      for (int g = 0; g < s.kv_heads; ++g) {  // each head's blocks are side by side (head-major)
+        const uintptr_t begin = reinterpret_cast<uintptr_t>(base) + size_t(g) * size_t(s.head_stride) * elem;
+        const uintptr_t end = begin + size_t(blocks) * size_t(s.block_stride) * elem;
+        const uintptr_t aligned = begin / page * page;
+        prefault_fresh_pages(reinterpret_cast<void*>(aligned), (end - aligned + page - 1) / page * page);
+      }
+  }
 }
 
 int64_t KvCache::full_blocks_for(int length) const {

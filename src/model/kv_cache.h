@@ -58,6 +58,11 @@ class KvCache {
   // Allocates the blocks positions [seq.length, end) need, keeping what sliding layers can still
   // see. Returns false and changes nothing when a pool is short.
   bool reserve(KvSequenceBlocks& seq, int end);
+  // Backs the storage of the `full` and `sliding` lowest-numbered blocks of each pool with memory
+  // now (prefault_fresh_pages), before any step has written the cache: a pool hands its lowest
+  // blocks out first, so a caller that knows how many it will use keeps page faults out of its
+  // steps without committing the rest of the pool.
+  void prefault_blocks(int64_t full, int64_t sliding);
   // After a step that stored up to seq.length: returns sliding blocks no later query can see.
   void trim_window(KvSequenceBlocks& seq);
   void release(KvSequenceBlocks& seq);

@@ -286,6 +286,30 @@ TEST(KvCachePrefault, BacksThePoolAtStartUpAndChangesNoResult) {
   EXPECT_EQ(logits[0], logits[1]);
 }
 
+// Backing only the lowest blocks (what a caller will use) leaves the rest of the pool unbacked.
+TEST(KvCachePrefault, BacksOnlyTheLowestBlocksWhenAsked) {
+  auto ckpt = Gemma4Checkpoint::open(test::golden_tiny_checkpoint());
+  const Gemma4Config& c = ckpt->config;
+  KvCache cache(c, ckpt->weights, KvCache::plan(c, ckpt->weights, 8 << 20, 8, 8, 16, KvDType::F32));
+  cache.prefault_blocks(2, 2);
+  for (size_t layer = 0; layer < c.layers.size(); ++layer) {
+    if (c.layers[layer].shares_kv) continue;
+    SCOPED_TRACE(layer);
+    const KvLayerView v = cache.layer_view(int(layer));
+    const int64_t blocks = c.layers[layer].kind == AttentionKind::Full ? cache.options().full_blocks
+                                                                       : cache.options().sliding_blocks;
+    ASSERT_GE(blocks, 8);
+    const auto* keys = static_cast<const float*>(v.keys);
+    const auto* values = static_cast<const float*>(v.values);
+    const size_t two_blocks = size_t(2 * v.block_stride) * sizeof(float);
+    for (int g = 0; g < v.kv_heads; ++g) {
+      EXPECT_EQ(resident_fraction(keys + v.key_offset(0, g, 0, 0), two_blocks), 1.0);
+      EXPECT_EQ(resident_fraction(values + v.value_offset(0, g, 0, 0), two_blocks), 1.0);
+      EXPECT_EQ(resident_fraction(keys + v.key_offset(blocks - 1, g, 0, 0), size_t(v.block_stride) * sizeof(float)), 0.0);
+    }
+  }
+}
+
 // Resident weights are byte copies of the mapped ones, so the logits must be bit-identical, for
 // every rank's shard of a tensor-parallel plan too (each rank copies only its own slices).
 TEST(ResidentWeights, GiveBitIdenticalLogitsToMappedWeights) {
