@@ -100,11 +100,12 @@ void bench(const BenchOptions& o) {
   // The blocks the timed phases use are backed now, as in a server that has run a while (or
   // `serve --kv-prefault`): first touches of fresh pages cost the VM ~10 us per 4 KB, would land
   // in the timed steps, and are not the engine's. The rest of the pool stays unbacked.
+  constexpr int kBatchPrompt = 16;  // each sequence of the batched phase: this prompt, one step, then batch_steps
   const int batch_steps = std::max(4, o.gen / 4);
   {
     const KvSequenceBlocks fresh;
     const auto [single_full, single_sliding] = cache.blocks_needed(fresh, o.prompt + o.gen);
-    const auto [each_full, each_sliding] = cache.blocks_needed(fresh, 16 + batch_steps + 1);
+    const auto [each_full, each_sliding] = cache.blocks_needed(fresh, kBatchPrompt + 1 + batch_steps);
     cache.prefault_blocks(std::max(single_full, o.batch * each_full), std::max(single_sliding, o.batch * each_sliding));
   }
   Gemma4Model model(c, ckpt->weights, ops, timed, cache, step_tokens, o.batch);
@@ -159,7 +160,7 @@ void bench(const BenchOptions& o) {
   // Batched decode: --batch sequences step together, weights read once per step for all.
   std::vector<KvSequenceBlocks> many(size_t(o.batch));
   std::vector<std::vector<int32_t>> many_tokens;
-  for (int s = 0; s < o.batch; ++s) many_tokens.push_back(bench_prompt(16, c.vocab_size, 10 + uint32_t(s)));
+  for (int s = 0; s < o.batch; ++s) many_tokens.push_back(bench_prompt(kBatchPrompt, c.vocab_size, 10 + uint32_t(s)));
   run(many, many_tokens);
   t0 = now();
   for (int i = 0; i < batch_steps; ++i) run(many, many_tokens);

@@ -85,7 +85,6 @@ KvCache::KvCache(const Gemma4Config& config, const ModelWeights& weights, const 
       memory_ = nullptr;
       fail("cannot reserve {:.1f} GiB for the KV cache", bytes_ / 1073741824.0);
     }
-    if (options.prefault) prefault_fresh_pages(memory_, bytes_);
   }
   for (size_t i = 0; i < config.layers.size(); ++i) {
     const LayerConfig& l = config.layers[i];
@@ -95,6 +94,7 @@ KvCache::KvCache(const Gemma4Config& config, const ModelWeights& weights, const 
     s.keys = static_cast<uint8_t*>(memory_) + offsets[i];
     s.values = static_cast<uint8_t*>(s.keys) + size_t(blocks) * size_t(s.block_stride) * size_t(s.kv_heads) * elem;
   }
+  if (options.prefault) prefault_blocks(options.full_blocks, options.sliding_blocks);
   // Hand out low block numbers first: they are the ones most likely already backed by memory.
   for (int64_t b = options.full_blocks - 1; b >= 0; --b) free_full_.push_back(int32_t(b));
   for (int64_t b = options.sliding_blocks - 1; b >= 0; --b) free_sliding_.push_back(int32_t(b));
