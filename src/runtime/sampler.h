@@ -48,12 +48,13 @@ class Sampler {
 
  private:
   void apply_penalties(std::span<float> logits) const;
+  int32_t sample_warped(std::span<const float> logits);  // temperature > 0
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int> output_counts_;
   std::vector<int32_t> penalized_;  // prompt and output tokens, for the repetition penalty
   std::vector<int32_t> order_;      // scratch: candidate indices
-  std::vector<float> probs_;        // scratch
+  std::vector<float> weights_;      // scratch: exp(logit / T - max) by token id
 };
 
 }  // namespace tandem

@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <random>
+#include <set>
 
 #include "runtime/sampler.h"
 
@@ -65,6 +68,98 @@ TEST(Sampler, TopKThenTopPThenMinPRestrictTheCandidates) {
   for (uint64_t seed = 0; seed < 50; ++seed) {
     mp.seed = seed;
     EXPECT_EQ(sample_once(mp, row()), 1);
+  }
+}
+
+// A vocabulary the size of Gemma's, spread over many orders of magnitude of probability, so that
+// the candidates come from several of the sampler's lazily sorted bands.
+std::vector<float> wide_row(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> r(n);
+  for (float& v : r) v = normal(rng);
+  return r;
+}
+
+// The reference: sort every id by logit (ties: lower id first), softmax at temperature t.
+std::vector<std::pair<int32_t, double>> sorted_softmax(const std::vector<float>& logits, float t) {
+  std::vector<std::pair<int32_t, double>> p(logits.size());
+  const double max = *std::max_element(logits.begin(), logits.end()) / double(t);
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i) total += (p[i] = {int32_t(i), std::exp(logits[i] / double(t) - max)}).second;
+  for (auto& [id, q] : p) q /= total;
+  std::sort(p.begin(), p.end(), [&](const auto& a, const auto& b) {
+    return logits[size_t(a.first)] > logits[size_t(b.first)] ||
+           (logits[size_t(a.first)] == logits[size_t(b.first)] && a.first < b.first);
+  });
+  return p;
+}
+
+TEST(Sampler, TopPOverAWholeVocabularyKeepsExactlyTheReferencePrefix) {
+  const auto logits = wide_row(65536, 5);
+  const auto ref = sorted_softmax(logits, 1.0f);
+  std::set<int32_t> prefix;  // the smallest prefix with mass >= 0.6
+  double mass = 0;
+  for (const auto& [id, q] : ref) {
+    prefix.insert(id);
+    if ((mass += q) >= 0.6) break;
+  }
+  ASSERT_GT(prefix.size(), 50u);  // a real spread, not one token
+  SamplingParams p;
+  p.top_p = 0.6f;
+  p.seed = 3;
+  Sampler s(p, {});
+  std::map<int32_t, int> counts;
+  const int draws = 1000;
+  for (int i = 0; i < draws; ++i) {
+    auto l = logits;
+    const int32_t t = s.sample(l).token;
+    ASSERT_TRUE(prefix.count(t)) << "token " << t << " is outside the top-p prefix";
+    ++counts[t];
+  }
+  // The most likely token, renormalized over the prefix.
+  const double top = ref[0].second / mass;
+  EXPECT_NEAR(counts[ref[0].first] / double(draws), top, 4 * std::sqrt(top * (1 - top) / draws) + 0.002);
+}
+
+TEST(Sampler, FullVocabularyDrawsFollowTheSoftmaxAcrossBands) {
+  // One token at logit 0, 300 at -6 and 20000 at -12: each group's weights lie 2^8 or more below the
+  // group's before it, so the sampler reaches them in separate bands, and only a draw that passes
+  // the mass above reaches a lower one. Probabilities by group: 1, 300 e^-6, 20000 e^-12 over their sum.
+  std::vector<float> logits(20301, -12.0f);
+  logits[7] = 0.0f;
+  for (int i = 0; i < 300; ++i) logits[size_t(100 + i * 67)] = -6.0f;
+  const double w[3] = {1.0, 300 * std::exp(-6.0), 20000 * std::exp(-12.0)};
+  const double total = w[0] + w[1] + w[2];
+  SamplingParams p;
+  p.seed = 11;
+  Sampler s(p, {});
+  int counts[3] = {0, 0, 0};
+  const int draws = 5000;
+  for (int i = 0; i < draws; ++i) {
+    auto l = logits;
+    const float chosen = logits[size_t(s.sample(l).token)];
+    ++counts[chosen == 0.0f ? 0 : chosen == -6.0f ? 1 : 2];
+  }
+  for (int g = 0; g < 3; ++g) {
+    const double q = w[g] / total;
+    EXPECT_NEAR(counts[g] / double(draws), q, 5 * std::sqrt(q * (1 - q) / draws)) << "group " << g;
+  }
+}
+
+TEST(Sampler, MinPOverAWholeVocabularyKeepsTheTokensAboveTheFloor) {
+  const auto logits = wide_row(100000, 9);
+  const auto ref = sorted_softmax(logits, 1.0f);
+  const double floor = 0.05 * ref[0].second;
+  SamplingParams p;
+  p.min_p = 0.05f;
+  p.seed = 4;
+  Sampler s(p, {});
+  for (int i = 0; i < 500; ++i) {
+    auto l = logits;
+    const int32_t t = s.sample(l).token;
+    const double q = std::exp(double(logits[size_t(t)]) - double(logits[size_t(ref[0].first)])) * ref[0].second;
+    ASSERT_GE(q, floor * (1 - 1e-5)) << "token " << t;
   }
 }
 
