@@ -26,11 +26,11 @@ bool comes_before(std::span<const float> logits, int32_t a, int32_t b) {
   return la > lb || (la == lb && a < b);
 }
 
-// Token ids in the warpers' order (comes_before), sorted lazily: the weights exp(logit / T - max) fall in bands [2^-8(b+1), 2^-8b), and a
-// band is sorted only when the walk reaches it. Every weight of a band is above every weight of the
-// next, so the bands end to end are the full order; top-p, min-p and the draw nearly always stop
-// in the first band or two, so a 262144-token vocabulary costs a few passes instead of a sort
-// (31 ms per token on the dev VM).
+// Token ids in the warpers' order (comes_before), sorted lazily: the weights exp(logit / T - max)
+// fall in bands [2^-8(b+1), 2^-8b), and a band is sorted only when the walk reaches it. Every
+// weight of a band is above every weight of the next, so the bands end to end are the full order;
+// top-p, min-p and the draw nearly always stop in the first band or two, so a 262144-token
+// vocabulary costs a few passes instead of a sort (31 ms per token on the dev VM).
 class LazyOrder {
  public:
   LazyOrder(std::span<const float> logits, std::span<const float> weights, std::vector<int32_t>& order)
@@ -52,9 +52,11 @@ class LazyOrder {
     const bool last = band_ == kLastBand;
     ++band_;
     const size_t first = order_.size();
+    const float last_floor = std::ldexp(1.0f, -8 * kLastBand);
     for (size_t i = 0; i < weights_.size(); ++i) {
       const float w = weights_[i];
-      if (last ? !(w >= std::ldexp(1.0f, -8 * kLastBand)) || w == INFINITY : w >= lo && w < hi) order_.push_back(int32_t(i));
+      const bool in_band = last ? !(w >= last_floor) || w == INFINITY : w >= lo && w < hi;
+      if (in_band) order_.push_back(int32_t(i));
     }
     std::sort(order_.begin() + long(first), order_.end(),
               [&](int32_t a, int32_t b) { return comes_before(logits_, a, b); });

@@ -86,7 +86,10 @@ std::vector<std::pair<int32_t, double>> sorted_softmax(const std::vector<float>&
   std::vector<std::pair<int32_t, double>> p(logits.size());
   const double max = *std::max_element(logits.begin(), logits.end()) / double(t);
   double total = 0;
-  for (size_t i = 0; i < logits.size(); ++i) total += (p[i] = {int32_t(i), std::exp(logits[i] / double(t) - max)}).second;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    p[i] = {int32_t(i), std::exp(logits[i] / double(t) - max)};
+    total += p[i].second;
+  }
   for (auto& [id, q] : p) q /= total;
   std::sort(p.begin(), p.end(), [&](const auto& a, const auto& b) {
     return logits[size_t(a.first)] > logits[size_t(b.first)] ||
