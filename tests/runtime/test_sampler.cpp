@@ -19,6 +19,17 @@ int sample_once(const SamplingParams& p, std::vector<float> logits, std::vector<
   return s.sample(logits).token;
 }
 
+// How often one sampler (one random stream) draws each token from `draws` copies of a row.
+std::map<int32_t, int> draw_counts(const SamplingParams& p, const std::vector<float>& logits, int draws) {
+  Sampler s(p, {});
+  std::map<int32_t, int> counts;
+  for (int i = 0; i < draws; ++i) {
+    auto l = logits;
+    ++counts[s.sample(l).token];
+  }
+  return counts;
+}
+
 TEST(Sampler, GreedyPicksTheLargestLogit) {
   SamplingParams p;
   p.temperature = 0;
@@ -42,13 +53,8 @@ TEST(Sampler, FrequenciesFollowTheSoftmax) {
   SamplingParams p;
   p.temperature = 2.0f;
   p.seed = 42;
-  Sampler s(p, {});
-  std::map<int, int> counts;
   const int n = 40000;
-  for (int i = 0; i < n; ++i) {
-    auto logits = row();
-    ++counts[s.sample(logits).token];
-  }
+  auto counts = draw_counts(p, row(), n);
   const auto r = row();
   double total = 0;
   for (float v : r) total += std::exp(v / 2.0);
@@ -111,15 +117,9 @@ TEST(Sampler, TopPOverAWholeVocabularyKeepsExactlyTheReferencePrefix) {
   SamplingParams p;
   p.top_p = 0.6f;
   p.seed = 3;
-  Sampler s(p, {});
-  std::map<int32_t, int> counts;
   const int draws = 1000;
-  for (int i = 0; i < draws; ++i) {
-    auto l = logits;
-    const int32_t t = s.sample(l).token;
-    ASSERT_TRUE(prefix.count(t)) << "token " << t << " is outside the top-p prefix";
-    ++counts[t];
-  }
+  auto counts = draw_counts(p, logits, draws);
+  for (const auto& [t, c] : counts) ASSERT_TRUE(prefix.count(t)) << "token " << t << " is outside the top-p prefix";
   // The most likely token, renormalized over the prefix.
   const double top = ref[0].second / mass;
   EXPECT_NEAR(counts[ref[0].first] / double(draws), top, 4 * std::sqrt(top * (1 - top) / draws) + 0.002);
@@ -136,13 +136,11 @@ TEST(Sampler, FullVocabularyDrawsFollowTheSoftmaxAcrossBands) {
   const double total = w[0] + w[1] + w[2];
   SamplingParams p;
   p.seed = 11;
-  Sampler s(p, {});
-  int counts[3] = {0, 0, 0};
   const int draws = 5000;
-  for (int i = 0; i < draws; ++i) {
-    auto l = logits;
-    const float chosen = logits[size_t(s.sample(l).token)];
-    ++counts[chosen == 0.0f ? 0 : chosen == -6.0f ? 1 : 2];
+  int counts[3] = {0, 0, 0};
+  for (const auto& [t, c] : draw_counts(p, logits, draws)) {
+    const float chosen = logits[size_t(t)];
+    counts[chosen == 0.0f ? 0 : chosen == -6.0f ? 1 : 2] += c;
   }
   for (int g = 0; g < 3; ++g) {
     const double q = w[g] / total;
@@ -157,10 +155,7 @@ TEST(Sampler, MinPOverAWholeVocabularyKeepsTheTokensAboveTheFloor) {
   SamplingParams p;
   p.min_p = 0.05f;
   p.seed = 4;
-  Sampler s(p, {});
-  for (int i = 0; i < 500; ++i) {
-    auto l = logits;
-    const int32_t t = s.sample(l).token;
+  for (const auto& [t, c] : draw_counts(p, logits, 500)) {
     const double q = std::exp(double(logits[size_t(t)]) - double(logits[size_t(ref[0].first)])) * ref[0].second;
     ASSERT_GE(q, floor * (1 - 1e-5)) << "token " << t;
   }
