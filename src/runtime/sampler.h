@@ -55,6 +55,7 @@ class Sampler {
   std::vector<int32_t> penalized_;  // prompt and output tokens, for the repetition penalty
   std::vector<int32_t> order_;      // scratch: candidate indices
   std::vector<float> weights_;      // scratch: exp(logit / T - max) by token id
+  std::vector<float> maxima_;       // scratch: the logits' maxima per block of ids (top-k)
 };
 
 }  // namespace tandem

@@ -161,6 +161,81 @@ TEST(Sampler, MinPOverAWholeVocabularyKeepsTheTokensAboveTheFloor) {
   }
 }
 
+// A Gemma-sized row with ties everywhere (logits on a grid of 1/4), some NaNs and -infs.
+std::vector<float> tied_row(size_t n, uint32_t seed) {
+  auto r = wide_row(n, seed);
+  for (float& v : r) v = std::round(v * 4.0f) / 4.0f;
+  for (size_t i = 5; i < n; i += 9973) r[i] = NAN;
+  for (size_t i = 11; i < n; i += 7919) r[i] = -INFINITY;
+  return r;
+}
+
+// The first k ids by logit (NaN as -inf), ties by lower id: the order top-k keeps.
+std::vector<int32_t> reference_top_k(const std::vector<float>& logits, size_t k) {
+  auto key = [&](int32_t id) { return std::isnan(logits[size_t(id)]) ? -INFINITY : logits[size_t(id)]; };
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return key(a) > key(b); });
+  ids.resize(k);
+  return ids;
+}
+
+TEST(Sampler, TopKOverAWholeVocabularyDrawsExactlyTheReferenceTopK) {
+  const auto logits = tied_row(262144, 21);
+  const auto ref = reference_top_k(logits, 64);
+  ASSERT_EQ(logits[size_t(ref[63])], logits[size_t(ref[62])]);  // the cut falls inside a tie
+  SamplingParams p;
+  p.top_k = 64;
+  p.temperature = 50.0f;  // nearly flat over the 64, so each of them shows up
+  p.seed = 6;
+  const auto counts = draw_counts(p, logits, 6000);
+  const std::set<int32_t> allowed(ref.begin(), ref.end());
+  for (const auto& [t, c] : counts) ASSERT_TRUE(allowed.count(t)) << "token " << t << " is not in the top 64";
+  EXPECT_EQ(counts.size(), allowed.size());
+}
+
+TEST(Sampler, TopKWithFewerFiniteLogitsThanKDrawsOnlyThose) {
+  std::vector<float> logits(100000, -INFINITY);
+  const std::set<int32_t> finite = {3, 999, 50000, 99999};
+  for (int32_t id : finite) logits[size_t(id)] = float(id % 7);
+  logits[17] = NAN;
+  SamplingParams p;
+  p.top_k = 64;
+  p.seed = 2;
+  const auto counts = draw_counts(p, logits, 400);
+  for (const auto& [t, c] : counts) ASSERT_TRUE(finite.count(t)) << "token " << t;
+  EXPECT_EQ(counts.size(), finite.size());
+}
+
+TEST(Sampler, InfiniteAndNaNLogitsGiveAWellDefinedDraw) {
+  for (int top_k : {0, 64}) {
+    SamplingParams p;
+    p.top_k = top_k;
+    p.seed = 9;
+    auto logits = wide_row(100000, 3);
+    logits[4242] = INFINITY;
+    logits[10] = NAN;
+    for (const auto& [t, c] : draw_counts(p, logits, 50)) EXPECT_EQ(t, 4242) << "top_k " << top_k;
+    std::vector<float> none(5000, -INFINITY);
+    none[3] = NAN;
+    for (const auto& [t, c] : draw_counts(p, none, 20)) EXPECT_EQ(t, 0) << "top_k " << top_k;
+  }
+}
+
+TEST(Sampler, GreedyTakesTheFirstOfTiedMaximaAndNeverANaN) {
+  SamplingParams p;
+  p.temperature = 0;
+  auto logits = wide_row(262144, 8);
+  logits[0] = NAN;
+  logits[70001] = 40.0f;
+  logits[200] = 40.0f;
+  EXPECT_EQ(sample_once(p, logits), 200);
+  logits[262143] = INFINITY;
+  EXPECT_EQ(sample_once(p, logits), 262143);
+  EXPECT_EQ(sample_once(p, std::vector<float>(1000, -INFINITY)), 0);
+  EXPECT_EQ(sample_once(p, std::vector<float>(1000, NAN)), 0);
+}
+
 TEST(Sampler, SameSeedSameTokensOtherSeedOtherTokens) {
   std::vector<float> flat(1000, 0.0f);
   SamplingParams p;
