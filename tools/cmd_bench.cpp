@@ -19,6 +19,7 @@
 #include "model/gemma4.h"
 #include "model/kv_cache.h"
 #include "parallel/timed_communicator.h"
+#include "runtime/sampler.h"
 
 namespace tandem::cli {
 
@@ -58,8 +59,6 @@ void warm_ple_rows(const Gemma4Checkpoint& ckpt, const std::vector<int32_t>& pro
   for (int32_t id : prompt_ids)
     if (id >= 0 && id < table.rows) table.row_to_float(id, row.data());
 }
-
-int32_t argmax(const float* row, int64_t n) { return int32_t(std::max_element(row, row + n) - row); }
 
 void bench(const BenchOptions& o) {
   if (o.prompt < 1 || o.batch < 1) fail("--prompt and --batch must be positive");
@@ -111,6 +110,12 @@ void bench(const BenchOptions& o) {
   Gemma4Model model(c, ckpt->weights, ops, timed, cache, step_tokens, o.batch);
   const int64_t vocab_local = model.vocab_local();
 
+  // Each sequence's next token as the engine picks a greedy request's: its logits row copied out,
+  // then the sampler (over this rank's slice of the vocabulary: the bench measures speed, not text).
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<Sampler> samplers(size_t(o.batch), Sampler(greedy, {}));
+  std::vector<float> logits_row(static_cast<size_t>(vocab_local));
   auto run = [&](std::vector<KvSequenceBlocks>& seqs, std::vector<std::vector<int32_t>>& tokens) {
     std::vector<StepSequence> batch(seqs.size());
     for (size_t s = 0; s < seqs.size(); ++s) {
@@ -118,8 +123,10 @@ void bench(const BenchOptions& o) {
       batch[s] = {&seqs[s], tokens[s], 1};
     }
     model.forward(batch);
-    // Local argmax is enough to keep decoding: the bench measures speed, not text.
-    for (size_t s = 0; s < seqs.size(); ++s) tokens[s] = {argmax(model.logits(int(s)), vocab_local)};
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      std::copy(model.logits(int(s)), model.logits(int(s)) + vocab_local, logits_row.begin());
+      tokens[s] = {samplers[s].sample(logits_row).token};
+    }
   };
 
   // Warm-up: page every weight in (the first touch of an mmapped checkpoint reads the disk).
