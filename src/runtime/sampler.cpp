@@ -78,8 +78,9 @@ void top_k_order(std::span<const float> logits, size_t k, std::vector<float>& ma
   if (k > 0 && vocab > k * kBlock) {
     block_maxima(logits, maxima);
     blocks = maxima.size();
-    maxima.insert(maxima.end(), maxima.begin(), maxima.end());  // a copy to select from
+    maxima.resize(2 * blocks);  // a copy to select from, after the maxima in block order
     const auto selected = maxima.begin() + long(blocks);
+    std::copy(maxima.begin(), selected, selected);
     std::nth_element(selected, selected + long(k - 1), maxima.end(), std::greater<float>());
     floor = selected[long(k - 1)];
   }
@@ -189,8 +190,8 @@ int32_t Sampler::sample_warped(std::span<const float> logits) {
   double total = 0.0;
   std::optional<LazyOrder> lazy;
   if (params_.top_k > 0 && size_t(params_.top_k) < vocab) {
-    count = size_t(params_.top_k);
-    top_k_order(logits, count, maxima_, order_);
+    top_k_order(logits, size_t(params_.top_k), maxima_, order_);
+    count = order_.size();
     const float first = logits[size_t(order_[0])] * inv_t;
     const float max = std::isnan(first) ? -INFINITY : first;
     for (int32_t id : order_) total += (weights_[size_t(id)] = token_weight(logits[size_t(id)], inv_t, max));
