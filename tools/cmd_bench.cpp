@@ -66,27 +66,43 @@ void bench(const BenchOptions& o) {
   Communicator& comm = world();
   TimedCommunicator timed(comm);
   ThreadPool pool(o.model.threads > 0 ? o.model.threads : default_threads());
-  // The machine's read bandwidth, with every rank on it reading at once as they do when decoding:
-  // each rank measures its share and the job reads at their sum. On a shared host what a process
-  // gets drifts by 1.5x within seconds (Zen 4 VM, 2026-12-03: 30-50 GB/s from one probe to the
-  // next, the matvec kernels moving with it), so one probe before decoding would compare the decode
-  // with whatever the neighbours did then. Decode is timed in segments with a probe between every
-  // two (~50 ms each); each segment counts against the higher of the probes on either side (an
-  // underestimate would flatter the roofline), and read_bw is their time-weighted mean: the bytes
-  // the machine offered during the decode over its duration. The probe's buffer is touched before
-  // the model loads and stays resident to the end, so it is subtracted from peak RSS exactly.
+  // The probe's buffer is touched before the model loads and stays resident to the end, so it is
+  // subtracted from peak RSS exactly.
   ReadBandwidthProbe probe(pool, size_t(512) << 20);
-  auto probe_bandwidth = [&] {
-    comm.barrier();
-    float rank_bw = float(probe.measure(3));
-    comm.all_reduce_sum(&rank_bw, 1);
-    return double(rank_bw);
-  };
   auto ckpt = Gemma4Checkpoint::open(resolve_model_dir(o.model.model_dir), ShardPlan{comm.rank(), comm.size()},
                                      weight_residency(o.model.weights), pool, comm.rank() == 0,
                                      layout_chooser(o.model.weight_layout, o.model.weights));
   const Gemma4Config& c = ckpt->config;
   cpu::CpuOps ops(pool);
+
+  // The machine's read bandwidth, with every rank on it reading at once as they do when decoding:
+  // each rank measures its share and the job reads at their sum. On a shared host what a process
+  // gets drifts by 1.5x within seconds (Zen 4 VM, 2026-12-03: 30-50 GB/s from one probe to the
+  // next, the matvec kernels moving with it), so one probe before decoding would compare the decode
+  // with whatever the neighbours did then. Decode is timed in segments with a probe between every
+  // two; each segment counts against the higher of the probes on either side (an underestimate
+  // would flatter the roofline), and read_bw is their time-weighted mean: the bytes the machine
+  // offered during the decode over its duration.
+  //
+  // What is read is the weights' own memory, where they are far larger than the caches: how fast
+  // a read runs also depends on where in physical memory the bytes lie (docs/benchmarks.md, "Where
+  // the bytes lie"), so a separate buffer could sit on faster or slower memory than the weights.
+  // The separate buffer is still probed, and reported beside it.
+  const std::vector<ByteRange> weight_ranges = merge_ranges(ckpt->weights.streamed_ranges());
+  float small_weights = ckpt->weights.streamed_bytes_per_token() < probe.bytes() ? 1.0f : 0.0f;
+  comm.all_reduce_sum(&small_weights, 1);
+  const bool probe_weights = small_weights == 0;
+  struct Bandwidth {
+    double read = 0;    // what the roofline is measured against: the weights, or the buffer if they are small
+    double buffer = 0;  // the separate buffer
+  };
+  auto probe_bandwidth = [&] {
+    comm.barrier();
+    float rank_bw[2] = {float(probe.measure(3)), 0.0f};
+    rank_bw[1] = probe_weights ? float(measure_read_bandwidth_of(pool, weight_ranges, 2)) : rank_bw[0];
+    comm.all_reduce_sum(rank_bw, 2);
+    return Bandwidth{double(rank_bw[1]), double(rank_bw[0])};
+  };
 
 
   const int step_tokens = std::max({o.prompt, 16 * o.batch});  // the warm-up and batch prompts are 16 tokens
@@ -146,20 +162,21 @@ void bench(const BenchOptions& o) {
   run(seqs, tokens);
   const double ttft = now() - t0;
   timed.reset();
-  double decode_s = 0, offered_gb = 0;
-  double bw_before = probe_bandwidth();
+  double decode_s = 0, offered_gb = 0, buffer_offered_gb = 0;
+  Bandwidth bw_before = probe_bandwidth();
   for (int done = 1; done < o.gen;) {
     const int steps = std::min(kSegmentTokens, o.gen - done);
     const double start = now();
     for (int i = 0; i < steps; ++i) run(seqs, tokens);
     const double seconds = now() - start;
-    const double bw_after = probe_bandwidth();
+    const Bandwidth bw_after = probe_bandwidth();
     decode_s += seconds;
-    offered_gb += seconds * std::max(bw_before, bw_after);
+    offered_gb += seconds * std::max(bw_before.read, bw_after.read);
+    buffer_offered_gb += seconds * std::max(bw_before.buffer, bw_after.buffer);
     bw_before = bw_after;
     done += steps;
   }
-  const double read_bw = offered_gb / decode_s;
+  const double read_bw = offered_gb / decode_s, buffer_read_bw = buffer_offered_gb / decode_s;
   const double comm_per_token = timed.seconds() / std::max(1, o.gen - 1);
   cache.release(seqs[0]);
   const double decode_tok_s = (o.gen - 1) / decode_s;
@@ -189,6 +206,8 @@ void bench(const BenchOptions& o) {
   double job_bytes_per_token = 0;
   for (float b : per_rank) job_bytes_per_token += double(b);
   const double roofline = decode_tok_s * job_bytes_per_token / (read_bw * 1e9);
+  const double buffer_roofline = decode_tok_s * job_bytes_per_token / (buffer_read_bw * 1e9);
+  const char* read_what = probe_weights ? "weights" : "buffer";
 
   if (comm.rank() != 0) return;
   if (o.json) {
@@ -201,6 +220,9 @@ void bench(const BenchOptions& o) {
         {"weight_bytes_per_token", job_bytes_per_token},
         {"read_bw_gb_s", read_bw},
         {"roofline", roofline},
+        {"read_bw_of", read_what},
+        {"buffer_read_bw_gb_s", buffer_read_bw},
+        {"buffer_roofline", buffer_roofline},
         {"batch", o.batch},
         {"batch_decode_tok_s", batch_tok_s},
         {"ranks", comm.size()},
@@ -222,9 +244,12 @@ void bench(const BenchOptions& o) {
   fmt::print("batched decode  {:.2f} tok/s aggregate ({} sequences, {:.2f}x single)\n", batch_tok_s, o.batch,
              batch_tok_s / decode_tok_s);
   fmt::print("weights/token   {:.3f} GB streamed\n", job_bytes_per_token / 1e9);
-  fmt::print("read bandwidth  {:.1f} GB/s (measured in this run: probes between decode segments of {} tokens)\n", read_bw,
-             kSegmentTokens);
-  fmt::print("roofline        {:.2f} (decode bytes/s over read bandwidth)\n", roofline);
+  fmt::print("read bandwidth  {:.1f} GB/s reading the {} ({:.1f} GB/s a separate {} MB buffer; probes between decode "
+             "segments of {} tokens)\n",
+             read_bw, probe_weights ? "weights' own memory" : "buffer (the weights fit in less)", buffer_read_bw,
+             probe.bytes() >> 20, kSegmentTokens);
+  fmt::print("roofline        {:.2f} (decode bytes/s over read bandwidth; {:.2f} against the buffer)\n", roofline,
+             buffer_roofline);
   fmt::print("peak RSS        {:.2f} GB per rank\n", fmt::join(rss_gb, " / "));
   if (comm.size() > 1) fmt::print("communication   {:.2f} ms per decoded token\n", comm_per_token * 1e3);
 }

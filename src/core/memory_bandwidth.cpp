@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -91,6 +92,59 @@ double ReadBandwidthProbe::measure(int passes) {
     });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, double(bytes_) / seconds / 1e9);
+  }
+  return best;
+}
+
+std::vector<ByteRange> merge_ranges(std::vector<ByteRange> ranges) {
+  std::erase_if(ranges, [](const ByteRange& r) { return r.data == nullptr || r.bytes == 0; });
+  std::sort(ranges.begin(), ranges.end(), [](const ByteRange& a, const ByteRange& b) { return a.data < b.data; });
+  std::vector<ByteRange> merged;
+  for (const ByteRange& r : ranges) {
+    if (!merged.empty() && r.data <= merged.back().data + merged.back().bytes) {
+      ByteRange& last = merged.back();
+      last.bytes = std::max(last.bytes, size_t(r.data + r.bytes - last.data));
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
+double measure_read_bandwidth_of(ThreadPool& pool, std::span<const ByteRange> merged, int passes) {
+  size_t total = 0;
+  for (const ByteRange& r : merged) total += r.bytes;
+  if (total == 0) return 0;
+  constexpr size_t kBlock = 64 * kStreams;  // read_in_parts reads whole lines of each of its parts
+  volatile uint64_t sink = 0;
+  double best = 0;
+  for (int pass = 0; pass < std::max(1, passes); ++pass) {
+    std::atomic<size_t> read{0};
+    const auto start = std::chrono::steady_clock::now();
+    pool.run([&](int t, int nt) {
+      // This thread's share of the ranges laid end to end.
+      const size_t share_begin = total * size_t(t) / size_t(nt), share_end = total * size_t(t + 1) / size_t(nt);
+      size_t offset = 0, done = 0;
+      uint64_t sum = 0;
+      for (const ByteRange& r : merged) {
+        const size_t lo = std::max(share_begin, offset), hi = std::min(share_end, offset + r.bytes);
+        offset += r.bytes;
+        if (lo >= hi) continue;
+        // Aligned loads: whole lines from the first line boundary, whole blocks of lines.
+        const uintptr_t first = reinterpret_cast<uintptr_t>(r.data + (lo - (offset - r.bytes)));
+        const uintptr_t aligned = (first + 63) / 64 * 64;
+        const uintptr_t end = first + (hi - lo);
+        if (end <= aligned) continue;
+        const size_t bytes = (end - aligned) / kBlock * kBlock;
+        if (bytes == 0) continue;
+        sum += read_in_parts(reinterpret_cast<const uint8_t*>(aligned), bytes);
+        done += bytes;
+      }
+      sink = sink + sum;
+      read += done;
+    });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, double(read.load()) / seconds / 1e9);
   }
   return best;
 }

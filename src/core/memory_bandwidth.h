@@ -5,7 +5,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <span>
+#include <vector>
 
+#include "core/byte_range.h"
 #include "core/huge_pages.h"
 #include "core/thread_pool.h"
 
@@ -33,6 +36,16 @@ class ReadBandwidthProbe {
 // Reads [p, p + bytes) the way the probe does (4 equal parts side by side, one cache line of each
 // per step, SIMD loads) and returns a sum of the data, so that the loads are kept.
 uint64_t read_in_parts(const uint8_t* p, size_t bytes);
+
+// The same memory with overlapping and adjacent ranges joined, in address order.
+std::vector<ByteRange> merge_ranges(std::vector<ByteRange> ranges);
+
+// Best of `passes` reads of every byte of `ranges` (merged first), each pool thread streaming an
+// equal share as the probe reads its buffer. Returns 1e9 bytes per second. Read bandwidth depends
+// on where in physical memory the bytes lie (a dev VM read 512 MB buffers at 55 to 80 GB/s,
+// each buffer at its own speed), so the speed of reading the very bytes a kernel streams is the
+// ceiling that kernel is held to (docs/benchmarks.md, "Where the bytes lie").
+double measure_read_bandwidth_of(ThreadPool& pool, std::span<const ByteRange> merged, int passes);
 
 // One probe with a buffer of its own, freed on return.
 double measure_read_bandwidth_gb_s(ThreadPool& pool, size_t bytes = size_t(1) << 30, int passes = 3);

@@ -204,6 +204,16 @@ void WeightMatrix::row_to_float(int64_t r, float* out) const {
   }
 }
 
+void WeightMatrix::append_ranges(std::vector<ByteRange>& out) const {
+  if (empty()) return;
+  if (layout == WeightLayout::Interleaved) {  // each row group's codes and scales together
+    out.push_back({data, size_t(rows) * size_t(row_stride + scale_stride)});
+    return;
+  }
+  out.push_back({data, size_t(rows - 1) * size_t(row_stride) + size_t(row_bytes(format, cols))});
+  if (scales) out.push_back({scales, size_t(rows - 1) * size_t(scale_stride) + size_t(scale_row_bytes(format, cols))});
+}
+
 size_t WeightMatrix::streamed_bytes() const {
   size_t n = size_t(rows) * size_t(row_bytes(format, cols));
   if (format == WeightFormat::Q8 || format == WeightFormat::Q4)

@@ -5,6 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
+
+#include "core/byte_range.h"
 
 namespace tandem {
 
@@ -58,6 +61,8 @@ struct WeightMatrix {
   WeightMatrix slice_cols(int64_t first, int64_t count) const;  // quantized: first % 32 == 0; Plain only
   void row_to_float(int64_t r, float* out) const;               // widen / dequantize one row
   size_t streamed_bytes() const;                                 // bytes one pass over it reads
+  // The memory one pass reads, as one or two ranges (codes and scales; interleaved: one block).
+  void append_ranges(std::vector<ByteRange>& out) const;
 };
 
 // Bytes one row of `cols` values takes in `format` (data part only; scales separate), either layout.

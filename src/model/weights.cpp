@@ -155,6 +155,17 @@ ModelWeights ModelWeights::bind(const CheckpointFiles& files, const Gemma4Config
   return w;
 }
 
+std::vector<ByteRange> ModelWeights::streamed_ranges() const {
+  std::vector<ByteRange> ranges;
+  lm_head.append_ranges(ranges);
+  ple_model_projection.append_ranges(ranges);
+  for (const auto& l : layers)
+    for (const WeightMatrix* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj,
+                                  &l.down_proj, &l.ple_gate, &l.ple_projection})
+      m->append_ranges(ranges);
+  return ranges;
+}
+
 size_t ModelWeights::streamed_bytes_per_token() const {
   size_t n = lm_head.streamed_bytes() + ple_model_projection.streamed_bytes();
   if (!ple_table.empty()) n += ple_table.streamed_bytes() / size_t(ple_table.rows);

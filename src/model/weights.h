@@ -44,6 +44,7 @@ struct ModelWeights {
   static ModelWeights bind(const CheckpointFiles& files, const Gemma4Config& config,
                            const ShardPlan& plan = {});
   size_t streamed_bytes_per_token() const;  // every matrix once, plus one PLE row
+  std::vector<ByteRange> streamed_ranges() const;  // the memory of those matrices (not the PLE rows)
 };
 
 }  // namespace tandem

@@ -17,6 +17,7 @@
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/memory_bandwidth.h"
 #include "core/thread_pool.h"
 
 namespace tandem {
@@ -204,6 +205,48 @@ TEST(CpuFeatures, VendorAndFamilyMatchProcCpuinfo) {
   if (family < 0) GTEST_SKIP() << "/proc/cpuinfo names no cpu family";
   EXPECT_EQ(cpu_features().amd, vendor == "AuthenticAMD");
   EXPECT_EQ(cpu_features().family, family);
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+TEST(ReadBandwidth, MergeRangesJoinsOverlappingAndAdjacentRangesInAddressOrder) {
+  std::vector<uint8_t> m(1000);
+  const uint8_t* p = m.data();
+  const auto merged = merge_ranges({{p + 500, 100},  // joins [400, 500) end to end
+                                    {p + 400, 100},
+                                    {p + 10, 50},
+                                    {p + 20, 10},  // inside [10, 60)
+                                    {p + 700, 0},  // empty: dropped
+                                    {nullptr, 64},
+                                    {p + 580, 100},  // overlaps [500, 600)
+                                    {p + 61, 9}});   // one byte past [10, 60): separate
+  ASSERT_EQ(merged.size(), 3u);
+  EXPECT_EQ(merged[0].data, p + 10);
+  EXPECT_EQ(merged[0].bytes, 50u);
+  EXPECT_EQ(merged[1].data, p + 61);
+  EXPECT_EQ(merged[1].bytes, 9u);
+  EXPECT_EQ(merged[2].data, p + 400);
+  EXPECT_EQ(merged[2].bytes, 280u);
+  EXPECT_TRUE(merge_ranges({}).empty());
+}
+
+// Unaligned ranges of odd sizes, split between threads at arbitrary offsets: every thread reads
+// whole aligned lines of its share, and a positive, finite rate comes back (nothing to read: 0).
+TEST(ReadBandwidth, ReadsArbitraryRangesOnEveryThread) {
+  std::vector<uint8_t> m((size_t(8) << 20) + 333, 1);
+  ThreadPool pool(2);
+  const std::vector<ByteRange> ranges =
+      merge_ranges({{m.data() + 3, (size_t(3) << 20) + 17}, {m.data() + (size_t(4) << 20) + 5, (size_t(4) << 20)}});
+  const double gb_s = measure_read_bandwidth_of(pool, ranges, 2);
+  EXPECT_GT(gb_s, 0.0);
+  EXPECT_TRUE(std::isfinite(gb_s));
+  EXPECT_EQ(measure_read_bandwidth_of(pool, {}, 2), 0.0);
+  const ByteRange tiny[] = {{m.data() + 1, 100}};  // less than one aligned block
+  EXPECT_EQ(measure_read_bandwidth_of(pool, tiny, 1), 0.0);
 }
 
 }  // namespace

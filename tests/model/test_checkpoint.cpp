@@ -5,10 +5,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "core/memory_bandwidth.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/kernels.h"
 #include "model/checkpoint.h"
+#include "model/quantize_checkpoint.h"
 #include "support/test_support.h"
 
 namespace tandem {
@@ -49,6 +55,37 @@ TEST(Checkpoint, FindsTheMappingThatHoldsATensor) {
   const MappedFile* m = ckpt->files.mapping_of(embed.data);
   ASSERT_NE(m, nullptr);
   EXPECT_TRUE(embed.data >= m->data() && embed.data + embed.row_stride * embed.rows <= m->data() + m->size());
+}
+
+// The memory the bench's probe reads (ModelWeights::streamed_ranges): every byte one decode step
+// streams and nothing else, whether the matrices are mapped from the files (plain rows, scales
+// apart) or resident (row groups holding their scales), in bf16 and Q8.
+TEST(Checkpoint, StreamedRangesAreTheBytesADecodeStepStreams) {
+  test::TempDir q8;
+  quantize_checkpoint(test::synth_checkpoint("tiny"), q8.path(), WeightFormat::Q8, false);
+  ThreadPool pool(2);
+  for (const std::string& dir : {test::synth_checkpoint("tiny"), q8.path()})
+    for (WeightResidency residency : {WeightResidency::Mapped, WeightResidency::Resident}) {
+      auto ckpt = Gemma4Checkpoint::open(dir, ShardPlan{}, residency, pool, false,
+                                         residency == WeightResidency::Resident ? cpu::preferred_layout : nullptr);
+      const ModelWeights& w = ckpt->weights;
+      const std::vector<ByteRange> ranges = w.streamed_ranges();
+      size_t total = 0;
+      for (const ByteRange& r : ranges) total += r.bytes;
+      const size_t ple_row = w.ple_table.streamed_bytes() / size_t(w.ple_table.rows);
+      EXPECT_EQ(total, w.streamed_bytes_per_token() - ple_row) << dir;
+      // Each matrix's first and last streamed byte lie in the merged ranges; the PLE table does not.
+      const std::vector<ByteRange> merged = merge_ranges(ranges);
+      auto covered = [&](const uint8_t* p) {
+        return std::any_of(merged.begin(), merged.end(),
+                           [&](const ByteRange& r) { return p >= r.data && p < r.data + r.bytes; });
+      };
+      for (const WeightMatrix* m : {&w.lm_head, &w.layers[0].q_proj, &w.layers.back().down_proj}) {
+        EXPECT_TRUE(covered(m->data)) << dir;
+        EXPECT_TRUE(covered(m->data + m->streamed_bytes() - 1)) << dir;
+      }
+      EXPECT_FALSE(covered(w.ple_table.data)) << dir;
+    }
 }
 
 }  // namespace

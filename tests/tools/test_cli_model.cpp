@@ -127,10 +127,15 @@ TEST(Bench, JsonReportsEveryKeyAndTheRooflineRatio) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json out = json::parse(r.out);
   for (const char* key : {"prefill_tok_s", "decode_tok_s", "ttft_s", "peak_rss_bytes", "weight_bytes_per_token",
-                          "read_bw_gb_s", "roofline", "batch_decode_tok_s"}) {
+                          "read_bw_gb_s", "roofline", "batch_decode_tok_s", "buffer_read_bw_gb_s",
+                          "buffer_roofline"}) {
     ASSERT_TRUE(out.contains(key)) << key;
     EXPECT_GT(out[key].get<double>(), 0.0) << key;
   }
+  // Weights smaller than the probe's buffer would be read from the caches: the buffer stands in.
+  EXPECT_EQ(out["read_bw_of"].get<std::string>(), "buffer");
+  EXPECT_EQ(out["read_bw_gb_s"].get<double>(), out["buffer_read_bw_gb_s"].get<double>());
+  EXPECT_EQ(out["roofline"].get<double>(), out["buffer_roofline"].get<double>());
   EXPECT_NEAR(out["prefill_tok_s"].get<double>() * out["ttft_s"].get<double>(), 40.0, 1e-6);
   const double expected_roofline = out["decode_tok_s"].get<double>() * out["weight_bytes_per_token"].get<double>() /
                                    (out["read_bw_gb_s"].get<double>() * 1e9);
