@@ -68,10 +68,9 @@ void Gemma4Model::forward(std::span<const StepSequence> batch) {
   ops_.embed(weights_.embed, ids_.data(), rows_, embed_scale, x_.data(), config_.hidden_size);
   per_layer_inputs();
   rope_tables();
-  for (int i = 0; i < config_.num_layers; ++i) {
-    if (i == config_.first_kv_shared_layer() && config_.num_kv_shared_layers > 0) keep_only_logit_rows();
-    if (rows_ == 0) break;
+  for (int i = 0; i < config_.num_layers && rows_ > 0; ++i) {
     attention_block(i);
+    if (rows_ == 0) break;  // the last cache-writing layer kept no rows: no logits wanted
     mlp_block(i);
     if (config_.ple_dim > 0) per_layer_input_block(i);
     ops_.scale(x_.data(), int64_t(rows_) * config_.hidden_size, weights_.layers[size_t(i)].layer_scalar);
@@ -155,27 +154,46 @@ std::vector<KvSequence>& Gemma4Model::sequences_for(int layer) {
 }
 
 // h += post_norm(o_proj(attention(rope(q_norm(q)), K, V))), with K/V from this layer or its donor.
+//
+// The last layer that writes the cache stores every row's K/V, then carries on with only the rows
+// whose logits are wanted (keep_only_logit_rows): the layers after it write no cache, so the other
+// rows' hidden states would never be read again. Its queries, attention, output projection, MLP
+// and PLE block then run for those rows alone (E4B: 1 of 24 cache-writing layers, ~4% of a long
+// prefill's multiply-adds; a non-final prefill chunk skips them entirely).
 void Gemma4Model::attention_block(int layer) {
   const LayerConfig& lc = config_.layers[size_t(layer)];
   const LayerWeights& lw = weights_.layers[size_t(layer)];
-  const int64_t T = rows_, H = config_.hidden_size, D = lc.head_dim;
+  const int64_t H = config_.hidden_size, D = lc.head_dim;
   const int qn = lw.heads.q_count, kvn = lw.heads.kv_count, kind = kind_index(lc.kind);
   const float eps = config_.rms_norm_eps;
+  int wanted = 0;
+  for (const StepSequence& seq : batch_) wanted += seq.logit_rows;
+  const bool trim = !lc.shares_kv && layer == config_.first_kv_shared_layer() - 1 && wanted < rows_;
 
-  ops_.rms_norm(normed_.data(), H, x_.data(), H, T, H, lw.input_norm.data(), eps);
+  ops_.rms_norm(normed_.data(), H, x_.data(), H, rows_, H, lw.input_norm.data(), eps);
   const MatmulTarget qkv[] = {{&lw.q_proj, q_.data(), qn * D}, {&lw.k_proj, k_.data(), kvn * D},
                                {&lw.v_proj, v_.data(), kvn * D}};
-  ops_.matmuls(std::span(qkv, lc.shares_kv ? 1 : 3), normed_.data(), H, T);
-  ops_.rms_norm(q_.data(), D, q_.data(), D, T * qn, D, lw.q_norm.data(), eps);
-  ops_.rope(q_.data(), qn * D, T, qn, int(D), cos_[kind].data(), sin_[kind].data());
-  if (!lc.shares_kv) {
+  if (lc.shares_kv) {
+    ops_.matmul(lw.q_proj, normed_.data(), H, rows_, q_.data(), qn * D);
+  } else {
+    ops_.matmuls(std::span(qkv).subspan(trim ? 1 : 0), normed_.data(), H, rows_);
+    const int64_t T = rows_;
     ops_.rms_norm(k_.data(), D, k_.data(), D, T * kvn, D, lw.k_norm.data(), eps);
     ops_.rope(k_.data(), kvn * D, T, kvn, int(D), cos_[kind].data(), sin_[kind].data());
     ops_.rms_norm(v_.data(), D, v_.data(), D, T * kvn, D, nullptr, eps);
     const KvLayerView view = cache_.layer_view(layer);
     for (const KvSequence& seq : sequences_for(layer))
       ops_.store_kv(view, seq, k_.data(), kvn * D, v_.data(), kvn * D);
+    if (trim) {
+      keep_only_logit_rows();
+      if (rows_ == 0) return;
+      ops_.rms_norm(normed_.data(), H, x_.data(), H, rows_, H, lw.input_norm.data(), eps);
+      ops_.matmul(lw.q_proj, normed_.data(), H, rows_, q_.data(), qn * D);
+    }
   }
+  const int64_t T = rows_;
+  ops_.rms_norm(q_.data(), D, q_.data(), D, T * qn, D, lw.q_norm.data(), eps);
+  ops_.rope(q_.data(), qn * D, T, qn, int(D), cos_[kind].data(), sin_[kind].data());
 
   AttentionBatch b;
   b.q = q_.data();
@@ -223,8 +241,9 @@ void Gemma4Model::per_layer_input_block(int layer) {
   ops_.add(x_.data(), scratch_h_.data(), T * H);
 }
 
-// Drops the rows whose logits nobody wants. Exact from the first KV-shared layer on: later layers
-// write no cache, and a row's hidden state depends only on itself and the (complete) caches.
+// Drops the rows whose logits nobody wants. Exact once the last cache-writing layer has stored its
+// K/V: the layers after it write no cache, and a row's hidden state depends only on itself and the
+// (complete) caches.
 void Gemma4Model::keep_only_logit_rows() {
   if (compacted_) return;
   compacted_ = true;

@@ -4,8 +4,9 @@
 // sequences and single decode tokens of others, all through the same batched matmuls, each
 // sequence attending over its own paged KV cache.
 //
-// Two exact shortcuts: KV-shared layers write no cache, so from the first of them on only the rows
-// whose logits are wanted are computed; and the LM head runs only for those rows.
+// Two exact shortcuts: once the last layer that writes the cache has stored its K/V (E4B: layer
+// 23 of 42; the others share caches), only the rows whose logits are wanted are computed; and the
+// LM head runs only for those rows.
 #include <cstdint>
 #include <span>
 #include <vector>
