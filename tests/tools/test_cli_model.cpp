@@ -136,6 +136,21 @@ TEST(Bench, JsonReportsEveryKeyAndTheRooflineRatio) {
   EXPECT_EQ(out["read_bw_of"].get<std::string>(), "buffer");
   EXPECT_EQ(out["read_bw_gb_s"].get<double>(), out["buffer_read_bw_gb_s"].get<double>());
   EXPECT_EQ(out["roofline"].get<double>(), out["buffer_roofline"].get<double>());
+  // With a probe buffer smaller than the weights, resident weights are read in its place (mapped
+  // ones never: they may be on disk).
+  auto read_of = [&](const std::string& options) {
+    auto r = test::run(tandem_cmd("bench --model " + model + " --prompt 8 --gen 2 --batch 1 --threads 2 --json " + options));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? json::parse(r.out) : json::object();
+  };
+  const json weights = read_of("--probe-mb 1");
+  EXPECT_EQ(weights.value("read_bw_of", ""), "weights");
+  EXPECT_GT(weights.value("read_bw_gb_s", 0.0), 0.0);
+  EXPECT_NEAR(weights.value("roofline", 0.0),
+              weights.value("decode_tok_s", 0.0) * weights.value("weight_bytes_per_token", 0.0) /
+                  (weights.value("read_bw_gb_s", 1.0) * 1e9),
+              1e-6 * weights.value("roofline", 1.0));
+  EXPECT_EQ(read_of("--probe-mb 1 --weights mapped").value("read_bw_of", ""), "buffer");
   EXPECT_NEAR(out["prefill_tok_s"].get<double>() * out["ttft_s"].get<double>(), 40.0, 1e-6);
   const double expected_roofline = out["decode_tok_s"].get<double>() * out["weight_bytes_per_token"].get<double>() /
                                    (out["read_bw_gb_s"].get<double>() * 1e9);
