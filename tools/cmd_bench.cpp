@@ -85,11 +85,12 @@ void bench(const BenchOptions& o) {
   // would flatter the roofline), and read_bw is their time-weighted mean: the bytes the machine
   // offered during the decode over its duration.
   //
-  // What is read is the weights' own memory where they are resident and far larger than the
-  // caches: how fast a read runs also depends on where in physical memory the bytes lie
-  // (docs/benchmarks.md, "Where the bytes lie"), so a separate buffer could sit on faster or
-  // slower memory than the weights. Mapped weights may be partly on disk, and small ones in the
-  // caches; there the buffer stands in. The buffer is probed in every case, and reported.
+  // What is read is the weights' own memory where they are resident and at least as large as the
+  // probe's buffer (512 MB by default: far larger than the caches; a small --probe-mb lets cached
+  // weights in, and weakens the roofline): how fast a read runs also depends on where in physical
+  // memory the bytes lie (docs/benchmarks.md, "Where the bytes lie"), so a separate buffer could
+  // sit on faster or slower memory than the weights. Mapped weights may be partly on disk, and
+  // small ones in the caches; there the buffer stands in. The buffer is probed in every case.
   const std::vector<ByteRange> weight_ranges = merge_ranges(ckpt->weights.streamed_ranges());
   const bool resident = weight_residency(o.model.weights) == WeightResidency::Resident;
   float buffer_instead = !resident || ckpt->weights.streamed_bytes_per_token() < probe.bytes() ? 1.0f : 0.0f;
@@ -102,6 +103,7 @@ void bench(const BenchOptions& o) {
   auto probe_bandwidth = [&] {
     comm.barrier();
     float rank_bw[2] = {float(probe.measure(3)), 0.0f};
+    if (probe_weights) comm.barrier();  // every rank reads its weights at once, as when decoding
     rank_bw[1] = probe_weights ? float(measure_read_bandwidth_of(pool, weight_ranges, 2)) : rank_bw[0];
     comm.all_reduce_sum(rank_bw, 2);
     return Bandwidth{double(rank_bw[1]), double(rank_bw[0])};
@@ -267,8 +269,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--gen", o->gen, "Tokens to decode")->default_val(128);
   cmd->add_option("--batch", o->batch, "Sequences in the batched-decode run")->default_val(8);
   cmd->add_option("--probe-mb", o->probe_mb,
-                  "Size of the read-bandwidth probe's own buffer (far larger than the caches); resident weights "
-                  "at least this large are read in its place")
+                  "Size of the read-bandwidth probe's own buffer (keep it far larger than the caches); resident "
+                  "weights at least this large are read in its place")
       ->default_val(512)
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--json", o->json, "Print one JSON object");

@@ -24,6 +24,7 @@ namespace {
 // 1 stream 25 GB/s, 2-4 streams 28, 8 streams 22). The sum is
 // returned so that the loads cannot be optimized away.
 constexpr int kStreams = 4;
+static_assert(kReadBlock == 64 * kStreams, "read_share hands out whole lines of each of read_in_parts' parts");
 
 __attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, size_t bytes) {
   const size_t part = bytes / kStreams / 64 * 64;
@@ -82,13 +83,13 @@ uint64_t read_in_parts(const uint8_t* p, size_t bytes) {
 
 double ReadBandwidthProbe::measure(int passes) {
   const uint8_t* base = buffer_.get();
-  volatile uint64_t sink = 0;
+  std::atomic<uint64_t> sink{0};  // keeps the loads
   double best = 0;
   for (int pass = 0; pass < std::max(1, passes); ++pass) {
     const auto start = std::chrono::steady_clock::now();
     pool_.run([&](int t, int) {
       const uint8_t* p = base + size_t(t) * chunk_;
-      sink = sink + read_in_parts(p, chunk_);
+      sink.fetch_add(read_in_parts(p, chunk_), std::memory_order_relaxed);
     });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, double(bytes_) / seconds / 1e9);
@@ -97,13 +98,15 @@ double ReadBandwidthProbe::measure(int passes) {
 }
 
 std::vector<ByteRange> merge_ranges(std::vector<ByteRange> ranges) {
+  // As addresses: the ranges lie in unrelated objects, which pointers may not be ordered across.
+  const auto at = [](const uint8_t* p) { return reinterpret_cast<uintptr_t>(p); };
   std::erase_if(ranges, [](const ByteRange& r) { return r.data == nullptr || r.bytes == 0; });
-  std::sort(ranges.begin(), ranges.end(), [](const ByteRange& a, const ByteRange& b) { return a.data < b.data; });
+  std::sort(ranges.begin(), ranges.end(), [&](const ByteRange& a, const ByteRange& b) { return at(a.data) < at(b.data); });
   std::vector<ByteRange> merged;
   for (const ByteRange& r : ranges) {
-    if (!merged.empty() && r.data <= merged.back().data + merged.back().bytes) {
+    if (!merged.empty() && at(r.data) <= at(merged.back().data) + merged.back().bytes) {
       ByteRange& last = merged.back();
-      last.bytes = std::max(last.bytes, size_t(r.data + r.bytes - last.data));
+      last.bytes = std::max(last.bytes, size_t(at(r.data) + r.bytes - at(last.data)));
     } else {
       merged.push_back(r);
     }
@@ -111,40 +114,45 @@ std::vector<ByteRange> merge_ranges(std::vector<ByteRange> ranges) {
   return merged;
 }
 
-double measure_read_bandwidth_of(ThreadPool& pool, std::span<const ByteRange> merged, int passes) {
+std::vector<ByteRange> read_share(std::span<const ByteRange> merged, int t, int nt) {
   size_t total = 0;
   for (const ByteRange& r : merged) total += r.bytes;
-  if (total == 0) return 0;
-  constexpr size_t kBlock = 64 * kStreams;  // read_in_parts reads whole lines of each of its parts
-  volatile uint64_t sink = 0;
+  const size_t share_begin = total * size_t(t) / size_t(nt), share_end = total * size_t(t + 1) / size_t(nt);
+  std::vector<ByteRange> pieces;
+  size_t offset = 0;  // of the current range, with the ranges laid end to end
+  for (const ByteRange& r : merged) {
+    const size_t lo = std::max(share_begin, offset), hi = std::min(share_end, offset + r.bytes);
+    const uintptr_t first = reinterpret_cast<uintptr_t>(r.data) + (lo - offset);
+    offset += r.bytes;
+    if (lo >= hi) continue;
+    const uintptr_t aligned = (first + 63) / 64 * 64, end = first + (hi - lo);
+    if (end <= aligned) continue;
+    const size_t bytes = (end - aligned) / kReadBlock * kReadBlock;
+    if (bytes > 0) pieces.push_back({reinterpret_cast<const uint8_t*>(aligned), bytes});
+  }
+  return pieces;
+}
+
+double measure_read_bandwidth_of(ThreadPool& pool, std::span<const ByteRange> merged, int passes) {
+  const int nt = pool.size();
+  std::vector<std::vector<ByteRange>> shares;
+  size_t bytes = 0;
+  for (int t = 0; t < nt; ++t) {
+    shares.push_back(read_share(merged, t, nt));
+    for (const ByteRange& piece : shares.back()) bytes += piece.bytes;
+  }
+  if (bytes == 0) return 0;
+  std::atomic<uint64_t> sink{0};
   double best = 0;
   for (int pass = 0; pass < std::max(1, passes); ++pass) {
-    std::atomic<size_t> read{0};
     const auto start = std::chrono::steady_clock::now();
-    pool.run([&](int t, int nt) {
-      // This thread's share of the ranges laid end to end.
-      const size_t share_begin = total * size_t(t) / size_t(nt), share_end = total * size_t(t + 1) / size_t(nt);
-      size_t offset = 0, done = 0;
+    pool.run([&](int t, int) {
       uint64_t sum = 0;
-      for (const ByteRange& r : merged) {
-        const size_t lo = std::max(share_begin, offset), hi = std::min(share_end, offset + r.bytes);
-        offset += r.bytes;
-        if (lo >= hi) continue;
-        // Aligned loads: whole lines from the first line boundary, whole blocks of lines.
-        const uintptr_t first = reinterpret_cast<uintptr_t>(r.data + (lo - (offset - r.bytes)));
-        const uintptr_t aligned = (first + 63) / 64 * 64;
-        const uintptr_t end = first + (hi - lo);
-        if (end <= aligned) continue;
-        const size_t bytes = (end - aligned) / kBlock * kBlock;
-        if (bytes == 0) continue;
-        sum += read_in_parts(reinterpret_cast<const uint8_t*>(aligned), bytes);
-        done += bytes;
-      }
-      sink = sink + sum;
-      read += done;
+      for (const ByteRange& piece : shares[size_t(t)]) sum += read_in_parts(piece.data, piece.bytes);
+      sink.fetch_add(sum, std::memory_order_relaxed);
     });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, double(read.load()) / seconds / 1e9);
+    best = std::max(best, double(bytes) / seconds / 1e9);
   }
   return best;
 }

@@ -40,11 +40,20 @@ uint64_t read_in_parts(const uint8_t* p, size_t bytes);
 // The same memory with overlapping and adjacent ranges joined, in address order.
 std::vector<ByteRange> merge_ranges(std::vector<ByteRange> ranges);
 
-// Best of `passes` reads of every byte of `ranges` (merged first), each pool thread streaming an
-// equal share as the probe reads its buffer. Returns 1e9 bytes per second. Read bandwidth depends
-// on where in physical memory the bytes lie (a dev VM read 512 MB buffers at 55 to 80 GB/s,
-// each buffer at its own speed), so the speed of reading the very bytes a kernel streams is the
-// ceiling that kernel is held to (docs/benchmarks.md, "Where the bytes lie").
+// What read_share hands a thread: whole 64-byte lines in blocks of this many bytes.
+constexpr size_t kReadBlock = 256;
+
+// Thread t's share (of nt equal shares) of `merged` laid end to end, as the aligned pieces it
+// reads: whole lines from each piece's first line boundary, in whole blocks of kReadBlock. Each
+// range loses less than 64 + kReadBlock bytes at either end and at every share boundary.
+std::vector<ByteRange> read_share(std::span<const ByteRange> merged, int t, int nt);
+
+// Best of `passes` reads of `merged` (from merge_ranges: overlaps would be read twice), every
+// pool thread reading its read_share as the probe reads its buffer. Returns 1e9 bytes per second
+// of the bytes read. Read bandwidth depends on where in physical memory the bytes lie (a dev VM
+// read 512 MB buffers at 55 to 80 GB/s, each buffer at its own speed), so the speed of reading
+// the very bytes a kernel streams is the ceiling that kernel is held to (docs/benchmarks.md,
+// "Where the bytes lie").
 double measure_read_bandwidth_of(ThreadPool& pool, std::span<const ByteRange> merged, int passes);
 
 // One probe with a buffer of its own, freed on return.

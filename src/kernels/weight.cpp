@@ -210,8 +210,18 @@ void WeightMatrix::append_ranges(std::vector<ByteRange>& out) const {
     out.push_back({data, size_t(rows) * size_t(row_stride + scale_stride)});
     return;
   }
-  out.push_back({data, size_t(rows - 1) * size_t(row_stride) + size_t(row_bytes(format, cols))});
-  if (scales) out.push_back({scales, size_t(rows - 1) * size_t(scale_stride) + size_t(scale_row_bytes(format, cols))});
+  const size_t codes = size_t(row_bytes(format, cols)), scale_bytes = size_t(scale_row_bytes(format, cols));
+  if (size_t(row_stride) == codes) {
+    out.push_back({data, size_t(rows) * codes});
+  } else {  // a column slice (tensor parallelism): its rows lie apart, among the other ranks' columns
+    for (int64_t r = 0; r < rows; ++r) out.push_back({data + r * row_stride, codes});
+  }
+  if (!scales) return;
+  if (size_t(scale_stride) == scale_bytes) {
+    out.push_back({scales, size_t(rows) * scale_bytes});
+  } else {
+    for (int64_t r = 0; r < rows; ++r) out.push_back({scales + r * scale_stride, scale_bytes});
+  }
 }
 
 size_t WeightMatrix::streamed_bytes() const {

@@ -61,7 +61,8 @@ struct WeightMatrix {
   WeightMatrix slice_cols(int64_t first, int64_t count) const;  // quantized: first % 32 == 0; Plain only
   void row_to_float(int64_t r, float* out) const;               // widen / dequantize one row
   size_t streamed_bytes() const;                                 // bytes one pass over it reads
-  // The memory one pass reads, as one or two ranges (codes and scales; interleaved: one block).
+  // The memory one pass reads: the codes and the scales, a range each (a column slice: one per
+  // row); interleaved, one block holding both.
   void append_ranges(std::vector<ByteRange>& out) const;
 };
 

@@ -262,6 +262,7 @@ void Gemma4Model::keep_only_logit_rows() {
     seq_rows_[s] = keep;
     out += keep;
   }
+  if (out == rows_) return;  // every row stays where it was: the RoPE tables hold
   rows_ = out;
   rope_tables();
 }

@@ -234,9 +234,41 @@ TEST(ReadBandwidth, MergeRangesJoinsOverlappingAndAdjacentRangesInAddressOrder) 
   EXPECT_TRUE(merge_ranges({}).empty());
 }
 
-// Unaligned ranges of odd sizes, split between threads at arbitrary offsets: every thread reads
-// whole aligned lines of its share, and a positive, finite rate comes back (nothing to read: 0).
-TEST(ReadBandwidth, ReadsArbitraryRangesOnEveryThread) {
+// Unaligned ranges of odd sizes split into 1-3 shares: every piece is whole aligned lines in whole
+// blocks inside one range, no two pieces overlap, and all but the edges of each range and share
+// are read.
+TEST(ReadBandwidth, SharesCoverTheRangesInAlignedDisjointPieces) {
+  std::vector<uint8_t> m(size_t(1) << 20);
+  const std::vector<ByteRange> ranges =
+      merge_ranges({{m.data() + 3, 300000 + 17}, {m.data() + 400005, 500000}, {m.data() + 950001, 40}});
+  size_t total = 0;
+  for (const ByteRange& r : ranges) total += r.bytes;
+  for (int nt : {1, 2, 3}) {
+    std::vector<ByteRange> all;
+    for (int t = 0; t < nt; ++t) {
+      const std::vector<ByteRange> share = read_share(ranges, t, nt);
+      all.insert(all.end(), share.begin(), share.end());
+    }
+    size_t read = 0;
+    for (const ByteRange& p : all) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p.data) % 64, 0u);
+      EXPECT_EQ(p.bytes % kReadBlock, 0u);
+      EXPECT_GT(p.bytes, 0u);
+      EXPECT_TRUE(std::any_of(ranges.begin(), ranges.end(), [&](const ByteRange& r) {
+        return p.data >= r.data && p.data + p.bytes <= r.data + r.bytes;
+      }));
+      read += p.bytes;
+    }
+    std::sort(all.begin(), all.end(), [](const ByteRange& a, const ByteRange& b) { return a.data < b.data; });
+    for (size_t i = 1; i < all.size(); ++i) EXPECT_LE(all[i - 1].data + all[i - 1].bytes, all[i].data) << nt;
+    // Each range and each share boundary costs less than a line and a block on either side.
+    const size_t edges = 2 * (ranges.size() + size_t(nt) - 1);
+    EXPECT_GE(read + edges * (64 + kReadBlock), total) << nt;
+    EXPECT_LE(read, total);
+  }
+}
+
+TEST(ReadBandwidth, MeasuresAPositiveRateAndNothingToReadAsZero) {
   std::vector<uint8_t> m((size_t(8) << 20) + 333, 1);
   ThreadPool pool(2);
   const std::vector<ByteRange> ranges =

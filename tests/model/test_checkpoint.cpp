@@ -81,8 +81,20 @@ TEST(Checkpoint, StreamedRangesAreTheBytesADecodeStepStreams) {
                            [&](const ByteRange& r) { return p >= r.data && p < r.data + r.bytes; });
       };
       for (const WeightMatrix* m : {&w.lm_head, &w.layers[0].q_proj, &w.layers.back().down_proj}) {
+        const size_t rows = size_t(m->rows);
         EXPECT_TRUE(covered(m->data)) << dir;
-        EXPECT_TRUE(covered(m->data + m->streamed_bytes() - 1)) << dir;
+        if (m->layout == WeightLayout::Interleaved) {  // codes and scales of each row group together
+          EXPECT_TRUE(covered(m->data + rows * size_t(m->row_stride + m->scale_stride) - 1)) << dir;
+          continue;
+        }
+        EXPECT_TRUE(covered(m->data + (rows - 1) * size_t(m->row_stride) + size_t(row_bytes(m->format, m->cols)) - 1))
+            << dir;
+        if (m->scales) {
+          EXPECT_TRUE(covered(m->scales)) << dir;
+          EXPECT_TRUE(covered(m->scales + (rows - 1) * size_t(m->scale_stride) +
+                              size_t(scale_row_bytes(m->format, m->cols)) - 1))
+              << dir;
+        }
       }
       EXPECT_FALSE(covered(w.ple_table.data)) << dir;
     }

@@ -231,8 +231,11 @@ TEST_P(FastForward, SlidingLayersKeepOnlyTheWindow) {
   EXPECT_LE(fast.model().cache().options().sliding_blocks - fast.model().cache().free_sliding_blocks(), window_blocks);
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoints, FastForward, ::testing::Values("golden", "tiny-e2b"),
-                         [](const auto& info) { return info.param == "golden" ? std::string("E4BLike") : std::string("E2BLike"); });
+INSTANTIATE_TEST_SUITE_P(Checkpoints, FastForward, ::testing::Values("golden", "tiny-e2b", "tiny-unshared"),
+                         [](const auto& info) {
+                           return info.param == "golden" ? std::string("E4BLike")
+                                  : info.param == "tiny-e2b" ? std::string("E2BLike") : std::string("Unshared");
+                         });
 
 TEST(FastForwardErrors, TooManyTokensOrUnreservedBlocks) {
   auto ckpt = Gemma4Checkpoint::open(test::golden_tiny_checkpoint());

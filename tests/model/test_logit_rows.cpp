@@ -114,8 +114,10 @@ TEST_P(LogitRows, OnlyTheWantedRowsRunPastTheLastCacheWritingLayer) {
   EXPECT_EQ(ops.rows[&writer.v_proj], 20);
   for (const WeightMatrix* m : {&writer.q_proj, &writer.o_proj, &writer.gate_proj, &writer.down_proj, &w.lm_head})
     EXPECT_EQ(ops.rows[m], 1);
-  if (c.ple_dim > 0) EXPECT_EQ(ops.rows[&writer.ple_projection], 1);
-  if (c.num_kv_shared_layers > 0) EXPECT_EQ(ops.rows[&w.layers.back().up_proj], 1);
+  if (c.ple_dim > 0) {
+    EXPECT_EQ(ops.rows[&writer.ple_projection], 1);
+  }
+  EXPECT_EQ(ops.rows[&w.layers.back().up_proj], 1);  // the last writer itself when nothing is shared
 
   // A non-final prefill chunk wants no logits: past the last writer's K/V nothing runs.
   ops.rows.clear();
@@ -131,8 +133,13 @@ TEST_P(LogitRows, OnlyTheWantedRowsRunPastTheLastCacheWritingLayer) {
   cache.release(kv);
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoints, LogitRows, ::testing::Values("golden", "tiny-e2b"),
-                         [](const auto& info) { return info.param == "golden" ? std::string("E4BLike") : std::string("E2BLike"); });
+// The golden E4B-like checkpoint, E2B-like, and one without KV sharing (its last layer is the last
+// writer, and the rows are trimmed within it, before the LM head).
+INSTANTIATE_TEST_SUITE_P(Checkpoints, LogitRows, ::testing::Values("golden", "tiny-e2b", "tiny-unshared"),
+                         [](const auto& info) {
+                           return info.param == "golden" ? std::string("E4BLike")
+                                  : info.param == "tiny-e2b" ? std::string("E2BLike") : std::string("Unshared");
+                         });
 
 }  // namespace
 }  // namespace tandem
