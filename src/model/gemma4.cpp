@@ -110,6 +110,7 @@ void Gemma4Model::prepare_rows(std::span<const StepSequence> batch) {
     }
   }
   rows_ = total;
+  wanted_rows_ = logit_rows;
   compacted_ = false;
 }
 
@@ -166,9 +167,7 @@ void Gemma4Model::attention_block(int layer) {
   const int64_t H = config_.hidden_size, D = lc.head_dim;
   const int qn = lw.heads.q_count, kvn = lw.heads.kv_count, kind = kind_index(lc.kind);
   const float eps = config_.rms_norm_eps;
-  int wanted = 0;
-  for (const StepSequence& seq : batch_) wanted += seq.logit_rows;
-  const bool trim = !lc.shares_kv && layer == config_.first_kv_shared_layer() - 1 && wanted < rows_;
+  const bool trim = !lc.shares_kv && layer == config_.first_kv_shared_layer() - 1 && wanted_rows_ < rows_;
 
   ops_.rms_norm(normed_.data(), H, x_.data(), H, rows_, H, lw.input_norm.data(), eps);
   const MatmulTarget qkv[] = {{&lw.q_proj, q_.data(), qn * D}, {&lw.k_proj, k_.data(), kvn * D},

@@ -72,6 +72,7 @@ class Gemma4Model {
   // Per-step state; buffers are sized once for max_step_tokens.
   std::span<const StepSequence> batch_;
   int rows_ = 0;             // rows currently flowing through the layers
+  int wanted_rows_ = 0;      // rows whose logits the step's sequences asked for
   bool compacted_ = false;
   std::vector<int32_t> ids_, positions_;
   std::vector<int32_t> row_sequence_;
