@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention.h"
 
+#include <xmmintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -31,6 +33,28 @@ void write_output(const KernelTable& k, const AttentionBatch& b, const WorkItem&
       std::memcpy(out, s.acc, size_t(D) * sizeof(float));
       k.scale(out, D, s.sum > 0 ? 1.0f / s.sum : 0.0f);
     }
+  }
+}
+
+// Starts loading the keys and values of the first KV block an item reads, into L2. The item
+// kernels prefetch each next block while they work through one, but an item's first block waited
+// on DRAM: in a batch of 8 decode sequences at short contexts (a few blocks per item) most of the
+// attention's time was those loads. Issued one item ahead, beside the current item's work: E4B
+// q4 batches of 8 (contexts 17-137, steps alternated A-B-B-A in one process) ran 2.1-4.7% faster
+// against 0.5-1.0% for the harness against itself.
+void prefetch_first_block(const AttentionBatch& b, const WorkItem& item) {
+  if (item.key_begin >= item.key_end) return;
+  const KvSequence& seq = b.sequences[size_t(item.seq)];
+  const int64_t block = seq.blocks[item.key_begin / b.kv.block_size - seq.first_logical_block];
+  const size_t element = kv_dtype_size(b.kv.dtype);
+  // One (block, KV head)'s keys, and its values, are each block_size * head_dim elements in a row.
+  const char* keys = static_cast<const char*>(b.kv.keys) + size_t(b.kv.key_offset(block, item.kv_head, 0, 0)) * element;
+  const char* values =
+      static_cast<const char*>(b.kv.values) + size_t(b.kv.value_offset(block, item.kv_head, 0, 0)) * element;
+  const size_t bytes = size_t(b.kv.block_size) * size_t(b.kv.head_dim) * element;
+  for (size_t offset = 0; offset < bytes; offset += 64) {
+    _mm_prefetch(keys + offset, _MM_HINT_T1);
+    _mm_prefetch(values + offset, _MM_HINT_T1);
   }
 }
 
@@ -109,6 +133,7 @@ void paged_attention(ThreadPool& pool, const KernelTable& k, const AttentionBatc
     float* kernel_scratch = base + state_floats;
     for (size_t i = size_t(t); i < items.size(); i += size_t(nt)) {
       const WorkItem& item = items[i];
+      if (i + size_t(nt) < items.size()) prefetch_first_block(b, items[i + size_t(nt)]);
       kernel(k, b, item, states, kernel_scratch);
       if (item.split < 0) {
         write_output(k, b, item, states);
