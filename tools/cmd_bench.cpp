@@ -97,7 +97,7 @@ void bench(const BenchOptions& o) {
   comm.all_reduce_sum(&buffer_instead, 1);
   const bool probe_weights = buffer_instead == 0;
   struct Bandwidth {
-    double read = 0;    // what the roofline is measured against: the weights, or the buffer if they are small
+    double read = 0;    // what the roofline is measured against: the weights, or the buffer (see above)
     double buffer = 0;  // the separate buffer
   };
   auto probe_bandwidth = [&] {
@@ -108,7 +108,6 @@ void bench(const BenchOptions& o) {
     comm.all_reduce_sum(rank_bw, 2);
     return Bandwidth{double(rank_bw[1]), double(rank_bw[0])};
   };
-
 
   const int step_tokens = std::max({o.prompt, 16 * o.batch});  // the warm-up and batch prompts are 16 tokens
   KvCacheOptions kv;
