@@ -55,6 +55,7 @@ Isa isa_from_env(Isa fallback) {
   std::string v(env);
   if (v == "scalar") return Isa::Scalar;
   if (v == "avx2") return Isa::Avx2;
+  if (v == "avx2vnni") return Isa::Avx2Vnni;
   if (v == "avx512") return Isa::Avx512;
   return fallback;
 }
@@ -71,8 +72,13 @@ const CpuFeatures& cpu_features() {
 Isa best_supported_isa() {
   const CpuFeatures& f = cpu_features();
   if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) return Isa::Avx512;
-  if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
+  if (f.avx2 && f.fma && f.f16c) return f.avx_vnni ? Isa::Avx2Vnni : Isa::Avx2;
   return Isa::Scalar;
+}
+
+bool isa_supported(Isa isa) {
+  if (isa == Isa::Avx2Vnni && !cpu_features().avx_vnni) return false;
+  return isa <= best_supported_isa();
 }
 
 Isa active_isa() {
@@ -81,7 +87,8 @@ Isa active_isa() {
     cap = int(isa_from_env(Isa::Avx512));
     g_cap.store(cap, std::memory_order_relaxed);
   }
-  return Isa(std::min(cap, int(best_supported_isa())));
+  const Isa isa = Isa(std::min(cap, int(best_supported_isa())));
+  return isa_supported(isa) ? isa : Isa::Avx2;  // only Avx2Vnni can be missing below the best
 }
 
 void set_isa_cap(Isa cap) { g_cap.store(int(cap), std::memory_order_relaxed); }
@@ -90,6 +97,7 @@ std::string_view isa_name(Isa isa) {
   switch (isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
+    case Isa::Avx2Vnni: return "avx2vnni";
     case Isa::Avx512: return "avx512";
   }
   return "?";

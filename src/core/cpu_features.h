@@ -1,7 +1,7 @@
 #pragma once
 // Which SIMD instruction sets this CPU (and OS) supports, read with cpuid/xgetbv at run time.
-// Kernels pick their implementation from `active_isa()`; TANDEM_ISA=scalar|avx2|avx512 caps it
-// (for tests and for comparing paths), never raising it above what the CPU has.
+// Kernels pick their implementation from `active_isa()`; TANDEM_ISA=scalar|avx2|avx2vnni|avx512
+// caps it (for tests and for comparing paths), never raising it above what the CPU has.
 #include <string_view>
 
 namespace tandem {
@@ -23,10 +23,15 @@ struct CpuFeatures {
   int family = 0;
 };
 
-enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+// Avx2Vnni is AVX2 with AVX-VNNI (the VEX vpdpbusd of Intel's client cores since Alder Lake, its
+// E-core Xeons, and Zen 5): the AVX2 table with quantized kernels that multiply bytes in one
+// instruction. A CPU may have AVX-512 without it (Zen 4, Skylake-X), so it is not implied by a
+// higher level: isa_supported() says whether this CPU runs a level.
+enum class Isa { Scalar = 0, Avx2 = 1, Avx2Vnni = 2, Avx512 = 3 };
 
 const CpuFeatures& cpu_features();
 Isa best_supported_isa();             // what this CPU can run
+bool isa_supported(Isa isa);          // whether this CPU runs that level
 Isa active_isa();                     // best_supported_isa() capped by TANDEM_ISA / set_isa_cap
 void set_isa_cap(Isa cap);            // tests use this to exercise every path on one machine
 std::string_view isa_name(Isa isa);

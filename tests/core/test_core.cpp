@@ -191,20 +191,40 @@ TEST(CpuFeatures, CapLowersButNeverRaisesTheIsa) {
   }
 }
 
+// AVX-VNNI is a level of its own: a cap at it gives it only where the CPU has it (Zen 4 has
+// AVX-512 without it), and plain AVX2 otherwise.
+TEST(CpuFeatures, Avx2VnniOnlyWhereTheCpuHasIt) {
+  const bool avx2 = isa_supported(Isa::Avx2);
+  EXPECT_EQ(isa_supported(Isa::Avx2Vnni), avx2 && cpu_features().avx_vnni);
+  set_isa_cap(Isa::Avx2Vnni);
+  if (avx2) EXPECT_EQ(active_isa(), cpu_features().avx_vnni ? Isa::Avx2Vnni : Isa::Avx2);
+  set_isa_cap(Isa::Avx2);
+  if (avx2) EXPECT_EQ(active_isa(), Isa::Avx2);
+  set_isa_cap(Isa::Avx512);
+  EXPECT_EQ(isa_name(Isa::Avx2Vnni), "avx2vnni");
+}
+
 // The kernel tuning by CPU family reads cpuid; the kernel's /proc/cpuinfo decodes the same leaf.
 TEST(CpuFeatures, VendorAndFamilyMatchProcCpuinfo) {
   std::ifstream cpuinfo("/proc/cpuinfo");
   if (!cpuinfo) GTEST_SKIP() << "no /proc/cpuinfo";
-  std::string line, vendor;
+  std::string line, vendor, flags;
   int family = -1;
-  while (std::getline(cpuinfo, line) && (vendor.empty() || family < 0)) {
+  while (std::getline(cpuinfo, line) && (vendor.empty() || family < 0 || flags.empty())) {
     const auto value = [&] { return line.substr(line.find(':') + 2); };
     if (line.rfind("vendor_id", 0) == 0) vendor = value();
     if (line.rfind("cpu family", 0) == 0) family = std::stoi(value());
+    if (line.rfind("flags", 0) == 0) flags = " " + value() + " ";
   }
   if (family < 0) GTEST_SKIP() << "/proc/cpuinfo names no cpu family";
   EXPECT_EQ(cpu_features().amd, vendor == "AuthenticAMD");
   EXPECT_EQ(cpu_features().family, family);
+  // The kernel lists a feature only if the OS also saves its registers, as cpu_features asks.
+  // Kernels before 5.12 do not know avx_vnni, so only its presence is checked.
+  if (!flags.empty()) {
+    EXPECT_EQ(cpu_features().avx512_vnni, flags.find(" avx512_vnni ") != std::string::npos);
+    if (flags.find(" avx_vnni ") != std::string::npos) EXPECT_TRUE(cpu_features().avx_vnni);
+  }
 }
 
 }  // namespace

@@ -221,20 +221,20 @@ void check_every_shape(Isa isa, std::initializer_list<WeightFormat> formats, std
 }
 
 TEST_P(InterleavedMatmul, MatchesTheReferenceForEveryTokenCount) {
-  if (int(GetParam()) > int(best_supported_isa())) GTEST_SKIP() << "not supported by this CPU";
+  if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
   check_every_shape(GetParam(), {WeightFormat::Q8, WeightFormat::Q4}, {512, 1536}, {1, 2, 3, 7, 8, 9, 15, 16, 25}, 8);
 }
 
 // BF16/F16: decode tiles (1-2 tokens), batch tiles (3-47) and the prefill panels (48+).
 TEST_P(InterleavedMatmul, FloatMatchesTheReferenceForEveryTokenCount) {
-  if (int(GetParam()) > int(best_supported_isa())) GTEST_SKIP() << "not supported by this CPU";
+  if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
   check_every_shape(GetParam(), {WeightFormat::BF16, WeightFormat::F16}, {32, 96, 512},
                     {1, 2, 3, 5, 8, 15, 16, 47, 48, 53}, 11);
 }
 
 // Enough columns and tokens for the prefill loop nests to split columns into several chunks.
 TEST_P(InterleavedMatmul, PrefillBlocking) {
-  if (int(GetParam()) > int(best_supported_isa())) GTEST_SKIP() << "not supported by this CPU";
+  if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
   const cpu::KernelTable& k = cpu::kernels_for(GetParam());
   ThreadPool pool(2);
   std::mt19937 rng(9);
@@ -250,7 +250,7 @@ TEST_P(InterleavedMatmul, PrefillBlocking) {
 // when it is multiplied alone, since a dot product adds its chunks (Q8/Q4) or vectors (BF16/F16)
 // in the same order for any token count.
 TEST_P(InterleavedMatmul, BatchedDecodeGivesEachTokenItsOwnResult) {
-  if (int(GetParam()) > int(best_supported_isa())) GTEST_SKIP() << "not supported by this CPU";
+  if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
   const cpu::KernelTable& k = cpu::kernels_for(GetParam());
   ThreadPool pool(2);
   std::mt19937 rng(12);
@@ -279,7 +279,7 @@ TEST_P(InterleavedMatmul, BatchedDecodeGivesEachTokenItsOwnResult) {
 // matrices of any height (short last groups) on pools of 1-3 threads, and from runs that start
 // inside a row group or end inside one.
 TEST_P(InterleavedMatmul, OneTokenStreamsGiveEveryRowItsOwnSum) {
-  if (int(GetParam()) > int(best_supported_isa())) GTEST_SKIP() << "not supported by this CPU";
+  if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
   const cpu::KernelTable& k = cpu::kernels_for(GetParam());
   std::mt19937 rng(14);
   for (WeightFormat f : {WeightFormat::BF16, WeightFormat::F16})
@@ -331,6 +331,37 @@ TEST_P(InterleavedMatmul, OneTokenStreamsGiveEveryRowItsOwnSum) {
           ASSERT_EQ(got[i][size_t(r)], in_run ? expected[i][size_t(r)] : -1.0f) << what << " matrix " << i << " row " << r;
         }
     }
+}
+
+// The AVX-VNNI table multiplies bytes with vpdpbusd from unsigned codes and corrections where the
+// AVX2 table uses vpmaddubsw on signed ones; both reach each block's exact int32 sum, so every
+// result must be the same float: plain and interleaved Q8/Q4 weights (every code, Q8's -128
+// included), through the one-token, batch (2-15) and prefill (16+) kernels, last chunks partial.
+TEST(AvxVnni, GivesTheAvx2TablesResultsToTheBit) {
+  if (!isa_supported(Isa::Avx2Vnni)) GTEST_SKIP() << "no AVX-VNNI on this CPU";
+  const cpu::KernelTable& avx2 = cpu::kernels_for(Isa::Avx2);
+  const cpu::KernelTable& vnni = cpu::kernels_for(Isa::Avx2Vnni);
+  ASSERT_EQ(vnni.isa, Isa::Avx2Vnni);
+  ThreadPool pool(2);
+  std::mt19937 rng(21);
+  for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4})
+    for (int64_t cols : {160, 512, 1536, 4608})
+      for (bool interleaved : {false, true}) {
+        if (interleaved && cols % 512) continue;
+        const OwnedMatrix plain = random_matrix(f, 37, cols, !interleaved, rng);
+        const OwnedMatrix m = interleaved ? interleaved_copy(plain) : OwnedMatrix{};
+        const WeightMatrix& w = interleaved ? m.view : plain.view;
+        for (int64_t n : {1, 2, 3, 8, 9, 15, 16, 17, 40}) {
+          const std::string what = std::string(weight_format_name(f)) + (interleaved ? " interleaved " : " plain ") +
+                                   std::to_string(cols) + " cols n=" + std::to_string(n);
+          std::vector<float> x = random_vector(size_t(n * cols), rng);
+          for (int64_t c = 0; c < cols; c += 3) x[size_t(c)] = c % 2 ? 50.0f : -50.0f;  // blocks at full scale
+          std::vector<float> a(size_t(n * w.rows), -1.0f), b(size_t(n * w.rows), -2.0f);
+          cpu::matmul(pool, avx2, w, x.data(), cols, n, a.data(), w.rows);
+          cpu::matmul(pool, vnni, w, x.data(), cols, n, b.data(), w.rows);
+          ASSERT_EQ(a, b) << what;
+        }
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, InterleavedMatmul, ::testing::ValuesIn(all_isas()),

@@ -21,7 +21,7 @@ const std::vector<int64_t> kTokens = {1, 2, 3, 5, 8, 13, 15, 16, 17, 64};
 constexpr float kSentinel = -12345.0f;
 
 bool skip_unsupported(Isa isa) {
-  if (int(isa) > int(best_supported_isa())) {
+  if (!isa_supported(isa)) {
     std::printf("[ SKIPPED  ] %s: not supported by this CPU\n", std::string(isa_name(isa)).c_str());
     return true;
   }

@@ -14,7 +14,7 @@ namespace {
 TEST(ThreadedMatmul, MatchesOneThreadForEveryPoolSize) {
   std::mt19937 rng(9);
   for (Isa isa : all_isas()) {
-    if (int(isa) > int(best_supported_isa())) continue;
+    if (!isa_supported(isa)) continue;
     const cpu::KernelTable& k = cpu::kernels_for(isa);
     for (WeightFormat f : {WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::Q4}) {
       OwnedMatrix m = random_matrix(f, 203, 256, true, rng);
@@ -46,7 +46,7 @@ TEST(ThreadedMatmul, GroupGivesEachMatrixItsOwnMatmul) {
   // group mixing formats, which cannot share quantized activations.
   std::mt19937 rng(4);
   for (Isa isa : all_isas()) {
-    if (int(isa) > int(best_supported_isa())) continue;
+    if (!isa_supported(isa)) continue;
     const cpu::KernelTable& k = cpu::kernels_for(isa);
     for (WeightFormat f : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8, WeightFormat::Q4}) {
       const WeightFormat other = f == WeightFormat::Q4 ? WeightFormat::Q8 : WeightFormat::Q4;

@@ -90,5 +90,14 @@ inline __m256i add_signed_products(__m256i acc, __m256i abs_w, const __m256i& w,
   return acc;
 }
 
+// acc + vpdpbusd(u, s): each int32 lane plus its four products of unsigned bytes u by signed bytes
+// s, as one asm step (AVX-VNNI's VEX form; call it only from files compiled for avxvnni). Written
+// with the intrinsic, GCC copied the accumulators between registers and spilled two of a 3 x 3
+// tile at every step, as with vpmaddubsw above.
+inline __m256i add_dpbusd(__m256i acc, __m256i u, const __m256i& s) {
+  asm volatile("%{vex%} vpdpbusd %[s], %[u], %[acc]" : [acc] "+x"(acc) : [u] "x"(u), [s] "xm"(s));
+  return acc;
+}
+
 }  // namespace
 }  // namespace tandem::cpu::detail

@@ -64,6 +64,7 @@ thread_local ScratchBuffer t_matmul_scratch;  // matmul(), read by every thread 
 const KernelTable& kernels_for(Isa isa) {
   switch (isa) {
     case Isa::Avx512: return avx512_kernels();
+    case Isa::Avx2Vnni: return isa_supported(isa) ? avx2vnni_kernels() : avx2_kernels();
     case Isa::Avx2: return avx2_kernels();
     case Isa::Scalar: break;
   }

@@ -54,16 +54,41 @@ void avx2_quantize_activations(const WeightMatrix& w, int64_t n, const float* x,
 void avx2_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
                                 int64_t xq_stride, int64_t n, float* y, int64_t y_stride);
 
+// From this many tokens on the quantized kernels pack weight panels (matmul_avx2_quant.cpp).
+constexpr int64_t kQuantPanelMinTokens = 16;
+
+// What the 16 corrections of the AVX2 panel activation layout hold: for vpmaddubsw Q4's int16
+// word pairs (0 for Q8), for vpdpbusd on unsigned codes -8 x each block's code sum as an int32.
+enum class PanelCorrections { MaddubsWords, DpbusdBlockSums };
+
 // The prefill half of the above (matmul_avx2_quant_panel.cpp): one token's activations in the
 // panel layout, and the panel matmul over them (plain Q8/Q4).
 int64_t avx2_panel_stride(int64_t cols);
-void avx2_panel_quantize(WeightFormat format, int64_t cols, const float* x, uint8_t* out);
+void avx2_panel_quantize(WeightFormat format, int64_t cols, const float* x, uint8_t* out,
+                         PanelCorrections kind = PanelCorrections::MaddubsWords);
 void avx2_panel_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
                        float* y, int64_t y_stride);
+// Rows [r0, r1), 256-column chunks [ch0, ch0 + nc) of Q8/Q4 weights (either layout) packed into a
+// panel (row i at panel + i * nc * 288): Q8 codes signed, or q + 128 if q8_offset.
+void avx2_pack_quant_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int64_t nc, uint8_t* panel,
+                           bool q8_offset);
 // Interleaved Q8/Q4 weights (activations in the panel layout), in tiles of up to 8 tokens over each
 // row group (matmul_avx2_interleaved.cpp); the table takes it for 1-15 tokens, the panels above
 // (packed from the row groups) from 16 on.
 void avx2_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride,
                              int64_t n, float* y, int64_t y_stride);
+
+// The AVX2 quantized kernels with AVX-VNNI's vpdpbusd (matmul_avxvnni_*.cpp), the AVX2 table's
+// entries when the CPU has it (Isa::Avx2Vnni): the same activation layouts (the panel layout's
+// corrections as PanelCorrections::DpbusdBlockSums) and the same results; plain weights with
+// fewer than 16 tokens keep the vpmaddubsw tiles.
+void avxvnni_quantize_activations(const WeightMatrix& w, int64_t n, const float* x, int64_t x_stride, int64_t first,
+                                  int64_t count, uint8_t* out, int64_t out_stride);
+void avxvnni_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
+                                   int64_t xq_stride, int64_t n, float* y, int64_t y_stride);
+void avxvnni_panel_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride,
+                          int64_t n, float* y, int64_t y_stride);
+void avxvnni_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
+                                int64_t xq_stride, int64_t n, float* y, int64_t y_stride);
 
 }  // namespace tandem::cpu::detail

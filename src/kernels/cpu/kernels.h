@@ -88,8 +88,9 @@ struct KernelTable {
 };
 
 const KernelTable& scalar_kernels();
-const KernelTable& avx2_kernels();    // only call when the CPU has AVX2+FMA+F16C
-const KernelTable& avx512_kernels();  // only call when the CPU has AVX-512 F/BW/VL/DQ
+const KernelTable& avx2_kernels();      // only call when the CPU has AVX2+FMA+F16C
+const KernelTable& avx2vnni_kernels();  // ... and AVX-VNNI
+const KernelTable& avx512_kernels();    // only call when the CPU has AVX-512 F/BW/VL/DQ
 const KernelTable& kernels_for(Isa isa);
 const KernelTable& active_kernels();  // kernels_for(active_isa())
 

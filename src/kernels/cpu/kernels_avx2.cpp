@@ -150,9 +150,10 @@ void axpy(float* y, float a, const float* x, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-KernelTable make_table() {
+// vnni: the quantized kernels with AVX-VNNI's vpdpbusd (matmul_avxvnni_*.cpp), the rest the same.
+KernelTable make_table(bool vnni) {
   KernelTable t{};
-  t.isa = Isa::Avx2;
+  t.isa = vnni ? Isa::Avx2Vnni : Isa::Avx2;
   t.matmul_rows = matmul_rows;
   t.rms_norm = rms_norm;
   t.gelu_gate = gelu_gate;
@@ -162,8 +163,8 @@ KernelTable make_table() {
   t.dot = dot;
   t.axpy = axpy;
   t.quantized_activation_stride = detail::avx2_activation_stride;
-  t.quantize_activations = detail::avx2_quantize_activations;
-  t.matmul_rows_quantized = detail::avx2_matmul_rows_quantized;
+  t.quantize_activations = vnni ? detail::avxvnni_quantize_activations : detail::avx2_quantize_activations;
+  t.matmul_rows_quantized = vnni ? detail::avxvnni_matmul_rows_quantized : detail::avx2_matmul_rows_quantized;
   t.interleaved_q8 = t.interleaved_q4 = true;
   return t;
 }
@@ -171,7 +172,12 @@ KernelTable make_table() {
 }  // namespace
 
 const KernelTable& avx2_kernels() {
-  static const KernelTable table = make_table();
+  static const KernelTable table = make_table(false);
+  return table;
+}
+
+const KernelTable& avx2vnni_kernels() {
+  static const KernelTable table = make_table(true);
   return table;
 }
 

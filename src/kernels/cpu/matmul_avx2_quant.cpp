@@ -284,16 +284,15 @@ TileSet make_q4_tiles() {
 
 }  // namespace
 
-// From this many tokens on, packing weight panels (matmul_avx2_quant_panel.cpp) pays for itself.
-// Batches of 8 sequences ran faster through them too (Zen 3, two cores, E4B: q4 12.9-13.9 ->
-// 14.9-16.5 tok/s, q8 9.9-12.2 -> 11.1-12.8), but the panels add a dot product's blocks in another
-// order than the one-token tiles, and a sequence's logits must not depend on what else is in its
-// batch (as with the VNNI kernels, which switch at the same count).
-constexpr int64_t kPanelMinTokens = 16;
+// From kQuantPanelMinTokens (16) on, packing weight panels (matmul_avx2_quant_panel.cpp) pays for
+// itself. Batches of 8 sequences ran faster through them too (Zen 3, two cores, E4B: q4 12.9-13.9
+// -> 14.9-16.5 tok/s, q8 9.9-12.2 -> 11.1-12.8), but the panels add a dot product's blocks in
+// another order than the one-token tiles, and a sequence's logits must not depend on what else is
+// in its batch (as with the VNNI kernels, which switch at the same count).
 
 int64_t avx2_activation_stride(const WeightMatrix& w, int64_t n) {
   const int64_t cols = w.cols;
-  if (n >= kPanelMinTokens || w.layout == WeightLayout::Interleaved) return avx2_panel_stride(cols);
+  if (n >= kQuantPanelMinTokens || w.layout == WeightLayout::Interleaved) return avx2_panel_stride(cols);
   if (w.format == WeightFormat::Q4) return q4_pair_count(cols) * kQ4PairBytes;
   return round_up_64(q8_scales_offset(cols) + cols / kQuantBlock * 4);
 }
@@ -301,7 +300,7 @@ int64_t avx2_activation_stride(const WeightMatrix& w, int64_t n) {
 void avx2_quantize_activations(const WeightMatrix& w, int64_t n, const float* x, int64_t x_stride, int64_t first,
                                int64_t count, uint8_t* out, int64_t out_stride) {
   for (int64_t i = first; i < first + count; ++i) {
-    if (n >= kPanelMinTokens || w.layout == WeightLayout::Interleaved)
+    if (n >= kQuantPanelMinTokens || w.layout == WeightLayout::Interleaved)
       avx2_panel_quantize(w.format, w.cols, x + i * x_stride, out + i * out_stride);
     else if (w.format == WeightFormat::Q4)
       quantize_token_q4(w.cols, x + i * x_stride, out + i * out_stride);
@@ -326,9 +325,9 @@ void avx2_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, c
   // Batch8/q8i` from cache: 67-84 against 57-64 GFLOP/s). Q4 took its tiles at every count until
   // the panels' asm steps made them faster (E4B q4 prefill of 512 tokens on two Zen 3 cores 34.9
   // and 38.3 -> 49.3 and 54.0 tok/s).
-  if (w.layout == WeightLayout::Interleaved && n < kPanelMinTokens)
+  if (w.layout == WeightLayout::Interleaved && n < kQuantPanelMinTokens)
     return avx2_interleaved_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
-  if (n >= kPanelMinTokens) return avx2_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
+  if (n >= kQuantPanelMinTokens) return avx2_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (w.format == WeightFormat::Q4) return tiled_matmul(q4, w, r0, r1, xq, xq_stride, n, y, y_stride);
   tiled_matmul(n == 1 ? q8_decode : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
 }

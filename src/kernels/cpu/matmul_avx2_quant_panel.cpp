@@ -17,12 +17,14 @@
 // The weights are rearranged ("packed") a block of rows at a time into a thread-local panel that
 // stays in L2 while every token tile passes over it. Weights in WeightLayout::Interleaved already
 // have this order (a 64-byte vector there is two of ours), so their panels are copies; fewer than
-// 16 tokens read them in place (matmul_avx2_interleaved.cpp).
+// 16 tokens read them in place (matmul_avx2_interleaved.cpp). The loop over panels and tiles is
+// avx2_quant_panel_tiles.h, which the AVX-VNNI tiles (matmul_avxvnni_panel.cpp) share.
 //
 // Activation layout (per token): the VNNI panels' (640 bytes per 512 columns, zero past cols),
 //   so that one layout serves these panels and the tiles of interleaved weights:
 //   8 x 64 codes (vector k, lane j: codes [4k, 4k + 4) of block j of 16) | 16 float scales |
-//   16 corrections (Q4: two int16 words per block, q4_word_corrections; 0 for Q8). A 256-column
+//   16 corrections (Q4: two int16 words per block, q4_word_corrections; 0 for Q8; for the AVX-VNNI
+//   kernels instead -8 x each block's code sum as an int32, PanelCorrections). A 256-column
 //   chunk of the panels is one 32-byte half of it: chunk c starts at 640 (c / 2) + 32 (c % 2), its
 //   vector k 64 k further on, its scales at + 512 and its corrections at + 576.
 // Weight panel (per row, 288 bytes per 256-column chunk): 8 x 32 codes in the same order (Q8
@@ -40,26 +42,16 @@
 #pragma GCC target("avx2,fma,f16c")
 
 #include "kernels/cpu/avx2_quant_helpers.h"
+#include "kernels/cpu/avx2_quant_panel_tiles.h"
 
 namespace tandem::cpu::detail {
 
 namespace {
 
-constexpr int64_t kChunk = 256, kChunkBlocks = 8;
-constexpr int64_t kWeightChunkBytes = 288;
 // Measured on Zen 3 (prefill of 512 tokens, one core, GOP/s): Q4 3 x 3 103-131, 2 x 4 87, 4 x 2
 // 98-105, 3 x 4 101, 2 x 6 94, 4 x 3 78; Q8 3 x 3 76-108 (it spills a register), 2 x 4 65-104,
 // 2 x 3 98, 3 x 2 79, 2 x 5 65.
 constexpr int kTileRows = 3, kTileTokens = 3;
-constexpr int64_t kTokenTileBytes = 16 << 10;  // a token tile's activations over a column chunk: L1
-constexpr int64_t kPanelBytes = 192 << 10;     // the packed weights of a block of rows: L2
-
-int64_t chunk_count(int64_t cols) { return (cols + kChunk - 1) / kChunk; }
-
-// Where 256-column chunk c of a token's activations starts.
-const uint8_t* activation_chunk(const uint8_t* x, int64_t c) {
-  return x + c / 2 * kActivationChunkBytes + c % 2 * 32;
-}
 
 // v[j] = the 8 dwords of block j; afterwards v[k] = dword k of every block (lane j: block j).
 void transpose8x8(__m256i (&v)[8]) {
@@ -95,7 +87,7 @@ int32_t q4_word_corrections(__m256i codes) {
   return _mm_cvtsi128_si32(s);
 }
 
-void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* out) {
+void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* out, PanelCorrections kind) {
   const int64_t blocks = cols / kQuantBlock;
   for (int64_t ch = 0; ch < chunk_count(cols); ++ch) {  // one half of a 512-column chunk
     uint8_t* o = out + ch / 2 * kActivationChunkBytes + ch % 2 * 32;
@@ -113,7 +105,8 @@ void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* 
       const QuantizedBlock q = quantize_block(x + b * kQuantBlock);
       codes[j] = q.codes;
       scales[j] = q.scale;
-      corrections[j] = format == WeightFormat::Q4 ? q4_word_corrections(q.codes) : 0;
+      if (kind == PanelCorrections::DpbusdBlockSums) corrections[j] = -8 * q.sum;
+      else corrections[j] = format == WeightFormat::Q4 ? q4_word_corrections(q.codes) : 0;
     }
     transpose8x8(codes);
     for (int k = 0; k < 8; ++k) _mm256_store_si256((__m256i*)(o + kActivationVectorBytes * k), codes[k]);
@@ -133,7 +126,8 @@ void quantize_token(WeightFormat format, int64_t cols, const float* x, uint8_t* 
 // through each group and packing took a third of a 16-token Q8 matmul (`kernels_bench
 // Prefill/q8i`, TANDEM_BENCH_TOKENS=16, two Zen 3 cores: 80-111 against 116-133 GOP/s from plain
 // weights; now 131-140 against 121-152).
-void pack_interleaved_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int64_t nc, uint8_t* panel) {
+void pack_interleaved_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int64_t nc, uint8_t* panel,
+                            bool q8_offset) {
   const __m256i nibble = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(char(0x80));
   const bool q8 = w.format == WeightFormat::Q8;
   const int64_t vectors = q8 ? 8 : 4, row_chunk_bytes = interleaved_chunk_row_bytes(w.format);
@@ -150,7 +144,7 @@ void pack_interleaved_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64
           const __m256i v = _mm256_loadu_si256((const __m256i*)(codes + 64 * (k * rows + i)));
           uint8_t* o = out + i * nc * kWeightChunkBytes;
           if (q8) {
-            _mm256_store_si256((__m256i*)(o + 32 * k), _mm256_xor_si256(v, flip));
+            _mm256_store_si256((__m256i*)(o + 32 * k), q8_offset ? v : _mm256_xor_si256(v, flip));
           } else {
             _mm256_store_si256((__m256i*)(o + 32 * k), _mm256_and_si256(v, nibble));
             _mm256_store_si256((__m256i*)(o + 32 * (k + 4)), _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
@@ -164,10 +158,12 @@ void pack_interleaved_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64
   }
 }
 
-// Packs rows [r0, r1), chunks [ch0, ch0 + nc) of w into the panel (row i at panel + i * nc * 288).
-void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int64_t nc, uint8_t* panel) {
-  if (w.layout == WeightLayout::Interleaved) return pack_interleaved_panel(w, r0, r1, ch0, nc, panel);
-  const __m256i nibble = _mm256_set1_epi8(0x0f);
+}  // namespace
+
+void avx2_pack_quant_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int64_t nc, uint8_t* panel,
+                           bool q8_offset) {
+  if (w.layout == WeightLayout::Interleaved) return pack_interleaved_panel(w, r0, r1, ch0, nc, panel, q8_offset);
+  const __m256i nibble = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(char(0x80));
   const int64_t block_bytes = w.format == WeightFormat::Q4 ? 16 : 32;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data + r * w.row_stride;
@@ -191,7 +187,10 @@ void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int6
       uint8_t* o = prow + c * kWeightChunkBytes;
       __m256i v[8];
       if (w.format == WeightFormat::Q8) {
-        for (int j = 0; j < 8; ++j) v[j] = _mm256_loadu_si256((const __m256i*)(src + 32 * j));
+        for (int j = 0; j < 8; ++j) {
+          v[j] = _mm256_loadu_si256((const __m256i*)(src + 32 * j));
+          if (q8_offset) v[j] = _mm256_xor_si256(v[j], flip);
+        }
       } else {
         // Byte i of a block holds column 2i (low nibble) and 2i + 1 (high): unpacked in column
         // order, then transposed as Q8.
@@ -209,34 +208,7 @@ void pack_panel(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t ch0, int6
   }
 }
 
-// x: the token tile's activations from column 0; the tile reads chunks [first_chunk, + chunks).
-using PanelTileFn = void (*)(const uint8_t* panel, int64_t panel_row_bytes, const uint8_t* x, int64_t x_stride,
-                             int64_t first_chunk, int64_t chunks, float* y, int64_t y_stride, bool accumulate);
-
-// One chunk's 8 block sums of one dot product, scaled and added to its float sums; the first chunk
-// of a tile call stores instead.
-template <bool First>
-void add_block_sums(float* sums, __m256i block_sums, __m256 scales) {
-  const __m256 v = _mm256_cvtepi32_ps(block_sums);
-  _mm256_store_ps(sums, First ? _mm256_mul_ps(v, scales) : _mm256_fmadd_ps(v, scales, _mm256_load_ps(sums)));
-}
-
-// A chunk's int32 block sums of R rows x T tokens, scaled by weight x token scales into the float
-// sums of each dot product.
-template <bool First, int R, int T>
-void scale_chunk(const uint8_t* wc, int64_t prb, const uint8_t* xc, int64_t x_stride, const __m256i (&acc)[R][T],
-                 float* sums) {
-  __m256 dx[T];
-#pragma GCC unroll 8
-  for (int t = 0; t < T; ++t)
-    dx[t] = _mm256_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + kActivationScales));
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(wc + r * prb + 256));
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) add_block_sums<First>(sums + 8 * (r * T + t), acc[r][t], _mm256_mul_ps(dw, dx[t]));
-  }
-}
+namespace {
 
 template <int R, int T>
 struct Q8PanelTile {
@@ -301,80 +273,21 @@ struct Q4PanelTile {
   }
 };
 
-template <template <int, int> class Tile, int R, int T>
-void run_tile(const uint8_t* panel, int64_t prb, const uint8_t* x, int64_t x_stride, int64_t first_chunk,
-              int64_t chunks, float* y, int64_t y_stride, bool accumulate) {
-  alignas(32) float sums[R * T * 8];
-  Tile<R, T>::template chunk<true>(panel, prb, activation_chunk(x, first_chunk), x_stride, sums);
-  for (int64_t ch = 1; ch < chunks; ++ch)
-    Tile<R, T>::template chunk<false>(panel + ch * kWeightChunkBytes, prb, activation_chunk(x, first_chunk + ch),
-                                      x_stride, sums);
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) {
-      const float total = hsum(_mm256_load_ps(sums + 8 * (r * T + t)));
-      float* out = y + t * y_stride + r;
-      *out = accumulate ? *out + total : total;
-    }
-}
-
-struct PanelTiles {
-  PanelTileFn fn[kTileRows][kTileTokens];
-};
-
-template <template <int, int> class Tile, int R, int... Ts>
-void fill_panel_row(PanelTiles& tiles, std::integer_sequence<int, Ts...>) {
-  ((tiles.fn[R - 1][Ts] = &run_tile<Tile, R, Ts + 1>), ...);
-}
-
-template <template <int, int> class Tile, int... Rs>
-PanelTiles make_panel_tiles(std::integer_sequence<int, Rs...>) {
-  PanelTiles tiles{};
-  (fill_panel_row<Tile, Rs + 1>(tiles, std::make_integer_sequence<int, kTileTokens>{}), ...);
-  return tiles;
-}
-
-// The panel: 64-byte aligned, grow-only, one per thread (the float panels use slots 0 and 1).
-uint8_t* panel_buffer(size_t bytes) { return reinterpret_cast<uint8_t*>(thread_scratch_floats(2, (bytes + 3) / 4)); }
-
-int64_t round_down(int64_t v, int64_t m) { return v / m * m; }
-
 }  // namespace
 
 int64_t avx2_panel_stride(int64_t cols) {
   return (cols + kActivationChunkCols - 1) / kActivationChunkCols * kActivationChunkBytes;
 }
 
-void avx2_panel_quantize(WeightFormat format, int64_t cols, const float* x, uint8_t* out) {
-  quantize_token(format, cols, x, out);
+void avx2_panel_quantize(WeightFormat format, int64_t cols, const float* x, uint8_t* out, PanelCorrections kind) {
+  quantize_token(format, cols, x, out, kind);
 }
 
 void avx2_panel_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
                        float* y, int64_t y_stride) {
-  static const PanelTiles q8 = make_panel_tiles<Q8PanelTile>(std::make_integer_sequence<int, kTileRows>{});
-  static const PanelTiles q4 = make_panel_tiles<Q4PanelTile>(std::make_integer_sequence<int, kTileRows>{});
-  if (r0 >= r1 || n <= 0) return;
-  const PanelTiles& tiles = w.format == WeightFormat::Q4 ? q4 : q8;
-  const int64_t chunks = chunk_count(w.cols);
-  const int64_t kcc = std::clamp<int64_t>(kTokenTileBytes / (kTileTokens * kActivationChunkBytes / 2), 1, chunks);
-  const int64_t mb = std::max<int64_t>(kTileRows, round_down(kPanelBytes / (kcc * kWeightChunkBytes), kTileRows));
-  uint8_t* panel = panel_buffer(size_t(std::min(mb, r1 - r0) * kcc * kWeightChunkBytes));
-  for (int64_t ch0 = 0; ch0 < chunks; ch0 += kcc) {
-    const int64_t nc = std::min(kcc, chunks - ch0);
-    const int64_t prb = nc * kWeightChunkBytes;
-    for (int64_t b0 = r0; b0 < r1; b0 += mb) {
-      const int64_t b1 = std::min(r1, b0 + mb);
-      pack_panel(w, b0, b1, ch0, nc, panel);
-      for (int64_t t = 0; t < n; t += kTileTokens) {
-        const int tt = int(std::min<int64_t>(kTileTokens, n - t));
-        const uint8_t* xt = xq + t * xq_stride;
-        for (int64_t r = b0; r < b1; r += kTileRows) {
-          const int rr = int(std::min<int64_t>(kTileRows, b1 - r));
-          tiles.fn[rr - 1][tt - 1](panel + (r - b0) * prb, prb, xt, xq_stride, ch0, nc, y + t * y_stride + r,
-                                   y_stride, ch0 > 0);
-        }
-      }
-    }
-  }
+  static const auto q8 = make_panel_tiles<Q8PanelTile, kTileRows, kTileTokens>();
+  static const auto q4 = make_panel_tiles<Q4PanelTile, kTileRows, kTileTokens>();
+  panel_matmul(w.format == WeightFormat::Q4 ? q4 : q8, false, w, r0, r1, xq, xq_stride, n, y, y_stride);
 }
 
 }  // namespace tandem::cpu::detail
