@@ -197,9 +197,13 @@ TEST(CpuFeatures, Avx2VnniOnlyWhereTheCpuHasIt) {
   const bool avx2 = isa_supported(Isa::Avx2);
   EXPECT_EQ(isa_supported(Isa::Avx2Vnni), avx2 && cpu_features().avx_vnni);
   set_isa_cap(Isa::Avx2Vnni);
-  if (avx2) EXPECT_EQ(active_isa(), cpu_features().avx_vnni ? Isa::Avx2Vnni : Isa::Avx2);
+  if (avx2) {
+    EXPECT_EQ(active_isa(), cpu_features().avx_vnni ? Isa::Avx2Vnni : Isa::Avx2);
+  }
   set_isa_cap(Isa::Avx2);
-  if (avx2) EXPECT_EQ(active_isa(), Isa::Avx2);
+  if (avx2) {
+    EXPECT_EQ(active_isa(), Isa::Avx2);
+  }
   set_isa_cap(Isa::Avx512);
   EXPECT_EQ(isa_name(Isa::Avx2Vnni), "avx2vnni");
 }
@@ -223,7 +227,9 @@ TEST(CpuFeatures, VendorAndFamilyMatchProcCpuinfo) {
   // Kernels before 5.12 do not know avx_vnni, so only its presence is checked.
   if (!flags.empty()) {
     EXPECT_EQ(cpu_features().avx512_vnni, flags.find(" avx512_vnni ") != std::string::npos);
-    if (flags.find(" avx_vnni ") != std::string::npos) EXPECT_TRUE(cpu_features().avx_vnni);
+    if (flags.find(" avx_vnni ") != std::string::npos) {
+      EXPECT_TRUE(cpu_features().avx_vnni);
+    }
   }
 }
 
