@@ -2,6 +2,7 @@
 
 #include <cpuid.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -69,17 +70,31 @@ const CpuFeatures& cpu_features() {
   return features;
 }
 
-Isa best_supported_isa() {
+bool isa_supported(Isa isa) {
   const CpuFeatures& f = cpu_features();
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) return Isa::Avx512;
-  if (f.avx2 && f.fma && f.f16c) return f.avx_vnni ? Isa::Avx2Vnni : Isa::Avx2;
+  // Every SIMD table also runs AVX2 code (the AVX-512 one its quantized fallbacks and attention).
+  const bool avx2 = f.avx2 && f.fma && f.f16c;
+  switch (isa) {
+    case Isa::Scalar: return true;
+    case Isa::Avx2: return avx2;
+    case Isa::Avx2Vnni: return avx2 && f.avx_vnni;
+    case Isa::Avx512: return avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+  }
+  return false;
+}
+
+namespace {
+
+// The highest level this CPU runs at or below `cap`.
+Isa highest_supported(Isa cap) {
+  for (int level = int(cap); level > int(Isa::Scalar); --level)
+    if (isa_supported(Isa(level))) return Isa(level);
   return Isa::Scalar;
 }
 
-bool isa_supported(Isa isa) {
-  if (isa == Isa::Avx2Vnni && !cpu_features().avx_vnni) return false;
-  return isa <= best_supported_isa();
-}
+}  // namespace
+
+Isa best_supported_isa() { return highest_supported(Isa::Avx512); }
 
 Isa active_isa() {
   int cap = g_cap.load(std::memory_order_relaxed);
@@ -87,8 +102,7 @@ Isa active_isa() {
     cap = int(isa_from_env(Isa::Avx512));
     g_cap.store(cap, std::memory_order_relaxed);
   }
-  const Isa isa = Isa(std::min(cap, int(best_supported_isa())));
-  return isa_supported(isa) ? isa : Isa::Avx2;  // only Avx2Vnni can be missing below the best
+  return highest_supported(Isa(std::clamp(cap, int(Isa::Scalar), int(Isa::Avx512))));
 }
 
 void set_isa_cap(Isa cap) { g_cap.store(int(cap), std::memory_order_relaxed); }

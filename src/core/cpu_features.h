@@ -32,7 +32,7 @@ enum class Isa { Scalar = 0, Avx2 = 1, Avx2Vnni = 2, Avx512 = 3 };
 const CpuFeatures& cpu_features();
 Isa best_supported_isa();             // what this CPU can run
 bool isa_supported(Isa isa);          // whether this CPU runs that level
-Isa active_isa();                     // best_supported_isa() capped by TANDEM_ISA / set_isa_cap
+Isa active_isa();                     // the highest level this CPU runs at or below TANDEM_ISA / set_isa_cap
 void set_isa_cap(Isa cap);            // tests use this to exercise every path on one machine
 std::string_view isa_name(Isa isa);
 

@@ -1,6 +1,6 @@
 #pragma once
 // Helpers shared by the AVX2 quantized kernels (matmul_avx2_quant.cpp, matmul_avx2_quant_panel.cpp,
-// matmul_avx2_interleaved.cpp).
+// matmul_avx2_interleaved.cpp) and their AVX-VNNI forms (matmul_avxvnni_*.cpp).
 // Include inside the including file's AVX2 target pragma, after every standard header: the
 // functions are compiled for that target, and the anonymous namespace gives each file its own copy,
 // so the linker never mixes them with another ISA's.
@@ -57,7 +57,8 @@ inline QuantizedBlock quantize_block(const float* x) {
 }
 
 // The panel activation layout (matmul_avx2_quant_panel.cpp), per 512 columns: 8 x 64 codes,
-// 16 float scales, 16 corrections (Q4's int16 word pairs).
+// 16 float scales, 16 corrections (Q4's int16 word pairs, or for vpdpbusd int32 block sums:
+// PanelCorrections in isa_kernels.h).
 constexpr int64_t kActivationChunkCols = 512, kActivationChunkBytes = 640;  // two panel chunks
 constexpr int64_t kActivationVectorBytes = 64, kActivationScales = 512, kActivationCorrections = 576;
 

@@ -15,8 +15,9 @@ namespace {
 constexpr int64_t kChunk = 256, kChunkBlocks = 8;
 constexpr int64_t kWeightChunkBytes = 288;
 // A 3-token tile's activations over a block of columns fit in kTokenTileBytes (L1). The blocks are
-// sized for 3 tokens for every tile, so that tiles of any height add a dot product's column blocks
-// alike (the AVX-VNNI tiles give the vpmaddubsw tiles' results to the bit).
+// sized for 3 tokens whatever the tile's width, so that the AVX2 tiles (3 tokens) and the AVX-VNNI
+// ones (4 tokens, 22 KB per block, still within a 32 KB L1) add a dot product's column blocks
+// alike and give the same results to the bit.
 constexpr int64_t kTokenTileBytes = 16 << 10, kColumnBlockTokens = 3;
 constexpr int64_t kPanelBytes = 192 << 10;     // the packed weights of a block of rows: L2
 

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 namespace tandem::cpu::detail {
+namespace {  // each including file its own copy, compiled for its target
 
 inline __m512i load_once(const void* p) {
   __m512i v = _mm512_loadu_si512(p);
@@ -18,4 +19,5 @@ inline __m512i load_once(const void* p) {
   return v;
 }
 
+}  // namespace
 }  // namespace tandem::cpu::detail

@@ -6,6 +6,7 @@
 
 
 namespace tandem::cpu::detail {
+namespace {  // each including file its own copy, compiled for its target
 
 // The sums of four 16-lane vectors, in that order: 9 shuffles/permutes and 5 adds for four
 // totals, against 4 x (4 shuffles + 4 adds) for four _mm512_reduce_add_ps.
@@ -37,4 +38,5 @@ inline void add_block_sums(float* sums, __m512i block_sums, __m512 scales) {
   _mm512_store_ps(sums, First ? _mm512_mul_ps(v, scales) : _mm512_fmadd_ps(v, scales, _mm512_load_ps(sums)));
 }
 
+}  // namespace
 }  // namespace tandem::cpu::detail

@@ -1,5 +1,5 @@
 // AVX2 matmul for quantized weights (Q8, Q4), also used by the AVX-512 table on CPUs without
-// AVX512-VNNI. Activations are quantized once per call to int8 per block of 32 (scale max|x|/127).
+// AVX512-VNNI, and by the AVX-VNNI table for plain weights and 1-15 tokens. Activations are quantized once per call to int8 per block of 32 (scale max|x|/127).
 // vpmaddubsw multiplies unsigned by signed bytes and saturates pairs at int16, so:
 //   Q8: |w| times x with w's sign moved onto x (|w| <= 128, |x| <= 127: pairs stay below 2^15),
 //   Q4: the stored nibble (q + 8, 0..15) times x, minus 8 * sum(x) per block, added exactly as a

@@ -28,7 +28,7 @@
 //   chunk of the panels is one 32-byte half of it: chunk c starts at 640 (c / 2) + 32 (c % 2), its
 //   vector k 64 k further on, its scales at + 512 and its corrections at + 576.
 // Weight panel (per row, 288 bytes per 256-column chunk): 8 x 32 codes in the same order (Q8
-//   signed, Q4 unsigned 0..15) | 8 float scales.
+//   signed, or q + 128 for the AVX-VNNI tiles; Q4 unsigned 0..15) | 8 float scales.
 #include <immintrin.h>
 
 #include <algorithm>

@@ -209,7 +209,7 @@ TileSet make_tiles() {
 // Batched decode (2-15 tokens) walks a row group's columns in blocks, and within a block runs
 // every token tile of 4 over it (4 x 4 tiles; fewer rows or tokens at the ends), so the block's
 // weights come from DRAM for the first token tile and from L1 for the others. The float sums of
-// all token tiles stay in L1 across the blocks and are reduced once per group. Each dot product
+// all token tiles (1 KB per tile) wait across the blocks and are reduced once per group. Each dot product
 // still adds its chunks in column order, so the result does not depend on the block size.
 using ChunksFn = void (*)(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t ch0,
                          int64_t ch1, bool first, int64_t ahead, float* sums);
@@ -265,7 +265,9 @@ void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t
   // runs alternated: Q4 631-774 -> 736-907 with 8 groups, 743-877 with 4; Q8 479-548 -> 585-706;
   // E4B batches of 8, steps alternated A-B-B-A in one process: Q4 1.06-1.11x, Q8 1.07-1.24x).
   // Rows whose activations fit stay one group at a time: passes made 10240 x 2560 slower (Q4
-  // 772-887 -> 710-804, Q8 649-703 -> 434-587).
+  // 772-887 -> 710-804, Q8 649-703 -> 434-587). In a pass the next group's lines, prefetched
+  // beside each load, are the next ones it reads (one tile's work ahead; those of a pass's last
+  // group wait a whole block of the pass); the distance was not tuned again.
   const int pass_groups = n * xq_stride > kL1ActivationBytes ? kMaxPassGroups : 1;
   const int tiles_per_group = int((n + kBatchTokens - 1) / kBatchTokens);
   constexpr int64_t kTileSums = kBatchRows * kBatchTokens * 16;
