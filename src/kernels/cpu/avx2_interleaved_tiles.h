@@ -250,6 +250,15 @@ void interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uin
   }
 }
 
+// Q8 or Q4, by the weights' format: each file's exported entry point.
+void interleaved_matmul_by_format(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
+                                  int64_t xq_stride, int64_t n, float* y, int64_t y_stride) {
+  if (w.format == WeightFormat::Q8)
+    interleaved_matmul<WeightFormat::Q8>(w, r0, r1, xq, xq_stride, n, y, y_stride);
+  else
+    interleaved_matmul<WeightFormat::Q4>(w, r0, r1, xq, xq_stride, n, y, y_stride);
+}
+
 }  // namespace
 
 }  // namespace tandem::cpu::detail

@@ -87,10 +87,7 @@ namespace tandem::cpu::detail {
 
 void avx2_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride,
                              int64_t n, float* y, int64_t y_stride) {
-  if (w.format == WeightFormat::Q8)
-    interleaved_matmul<WeightFormat::Q8>(w, r0, r1, xq, xq_stride, n, y, y_stride);
-  else
-    interleaved_matmul<WeightFormat::Q4>(w, r0, r1, xq, xq_stride, n, y, y_stride);
+  interleaved_matmul_by_format(w, r0, r1, xq, xq_stride, n, y, y_stride);
 }
 
 }  // namespace tandem::cpu::detail
