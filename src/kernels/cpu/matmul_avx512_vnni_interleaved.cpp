@@ -270,14 +270,20 @@ BatchTiles make_batch_tiles(std::integer_sequence<int, Rs...>) {
   return b;
 }
 
-// Blocks of at most 4 chunks (2048 columns: a 4-row tile's 8.5 KB of Q8 weights or 4.5 KB of Q4 and
-// a token tile's 10 KB of activations), split evenly: 2560 columns make blocks of 3 and 2 chunks
-// rather than 4 and 1. Whole rows of 10240 columns keep 51 KB of activations per token tile, more
-// than L1. Zen 5, 8 tokens, 2 threads from DRAM (kernels_bench Batch8, GFLOP/s, runs alternated):
-// Q4 2560 x 10240 585 with whole rows against 795 in blocks of 4; 10240 x 2560 the same; Q8 the same
-// either way (it waits on memory). Zen 4 had measured Q8 blocks of 4 at 0.72-0.93 of the time of
-// whole rows and Q4 0.99-1.05. E4B q4 batches of 8 (bench, steps alternated A-B-B-A in one
-// process, against the same harness with both sides alike): 3-8% more tokens/s.
+// Columns go in blocks of at most 4 Q8 chunks (2048 columns: a 4-row tile's 8.5 KB of weights and
+// a token tile's 10 KB of activations) or 5 Q4 chunks (5.6 KB and 12.8 KB), split evenly.
+// - Whole rows of 10240 columns keep 51 KB of activations per token tile, more than L1. Zen 5, 8
+//   tokens, 2 threads from DRAM (kernels_bench Batch8, GFLOP/s, runs alternated): Q4 2560 x 10240
+//   585 with whole rows against 795 in blocks of 4; 10240 x 2560 the same; Q8 the same either way
+//   (it waits on memory). Zen 4 had measured Q8 blocks of 4 at 0.72-0.93 of the time of whole rows
+//   and Q4 0.99-1.05. E4B q4 batches of 8 (bench, steps alternated A-B-B-A in one process, against
+//   the same harness with both sides alike): 3-8% more tokens/s.
+// - 2560 columns (most of E4B's matrices) make Q8 blocks of 3 and 2 chunks, rather than 4 and 1,
+//   and one Q4 block: Q4 in blocks of 3 and 2 made twice the tile calls and first-chunk stores
+//   (Zen 5, one core, 8 tokens, both alternated A-B-B-A in one process: 10240 x 2560 1.05x from L2
+//   and from DRAM with one block, 2560 x 10240 the same; E4B q4 batches of 8, steps alternated
+//   likewise: 1.00-1.05x, median 1.036, against ~1.01 for the harness against itself). Q8 in
+//   blocks of 5 read 0.94x from DRAM: 10 KB of weights beside 26 KB of activations crowd L1.
 template <WeightFormat F>
 void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
                     float* y, int64_t y_stride) {
@@ -290,7 +296,7 @@ void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t
                       y_stride);
   n = std::min(n, kMaxTokens);
   const int64_t chunks = w.cols / kInterleaveChunk;
-  constexpr int64_t kMaxBlockChunks = 4;
+  constexpr int64_t kMaxBlockChunks = F == WeightFormat::Q4 ? 5 : 4;
   const int64_t blocks = (chunks + kMaxBlockChunks - 1) / kMaxBlockChunks, block = (chunks + blocks - 1) / blocks;
   // The same rows of the next group at the same columns are prefetched beside each load.
   const int64_t next_group = kInterleaveRows * (w.row_stride + w.scale_stride);
