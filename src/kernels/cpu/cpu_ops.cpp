@@ -16,7 +16,7 @@ namespace {
 // values x 8 rows 3.9 against 5.5, x 32 rows 15.7 against 18.3; gelu_gate of 10240 values 2.8
 // against 7.8. E4B q4 batches of 8 (steps alternated A-B-B-A in one process) ran 1.03-1.04x with
 // the norms and PLE gates of 8 tokens serial (until then pooled from 16384 and 2048 values on);
-// one token's decode, with its 10240-value MLP gate serial, within the noise (0.98-1.03).
+// one token's decode, with its 10240-value MLP gate serial, within the noise (0.98-1.04).
 constexpr int64_t kSerialBelow = 1 << 16;
 
 }  // namespace
