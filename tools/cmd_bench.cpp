@@ -80,8 +80,9 @@ void bench(const BenchOptions& o) {
   // each rank measures its share and the job reads at their sum. On a shared host what a process
   // gets drifts by 1.5x within seconds (Zen 4 VM, 2026-12-03: 30-50 GB/s from one probe to the
   // next, the matvec kernels moving with it), so one probe before decoding would compare the decode
-  // with whatever the neighbours did then. Decode is timed in segments with a probe between every
-  // two; each segment counts against the higher of the probes on either side (an underestimate
+  // with whatever the neighbours did then. Decode is timed in segments, each between two probes
+  // (the batched decode's steps run between one segment's closing probe and the next one's
+  // opening probe); each segment counts against the higher of its two probes (an underestimate
   // would flatter the roofline), and read_bw is their time-weighted mean: the bytes the machine
   // offered during the decode over its duration.
   //
@@ -135,9 +136,11 @@ void bench(const BenchOptions& o) {
   // then the sampler (over this rank's slice of the vocabulary: the bench measures speed, not text).
   SamplingParams greedy;
   greedy.temperature = 0;
-  std::vector<Sampler> samplers(size_t(o.batch), Sampler(greedy, {}));
+  std::vector<Sampler> samplers(size_t(o.batch) + 1, Sampler(greedy, {}));  // the last: the single sequence's
   std::vector<float> logits_row(static_cast<size_t>(vocab_local));
-  auto run = [&](std::vector<KvSequenceBlocks>& seqs, std::vector<std::vector<int32_t>>& tokens) {
+  Sampler* const single_sampler = &samplers.back();
+  auto run = [&](std::vector<KvSequenceBlocks>& seqs, std::vector<std::vector<int32_t>>& tokens,
+                 Sampler* sampler) {
     std::vector<StepSequence> batch(seqs.size());
     for (size_t s = 0; s < seqs.size(); ++s) {
       if (!cache.reserve(seqs[s], seqs[s].length + int(tokens[s].size()))) fail("bench KV cache too small");
@@ -146,7 +149,7 @@ void bench(const BenchOptions& o) {
     model.forward(batch);
     for (size_t s = 0; s < seqs.size(); ++s) {
       std::copy(model.logits(int(s)), model.logits(int(s)) + vocab_local, logits_row.begin());
-      tokens[s] = {samplers[s].sample(logits_row).token};
+      tokens[s] = {sampler[s].sample(logits_row).token};
     }
   };
 
@@ -154,7 +157,7 @@ void bench(const BenchOptions& o) {
   {
     std::vector<KvSequenceBlocks> seqs(1);
     std::vector<std::vector<int32_t>> tokens = {bench_prompt(16, c.vocab_size, 1)};
-    for (int i = 0; i < 3; ++i) run(seqs, tokens);
+    for (int i = 0; i < 3; ++i) run(seqs, tokens, single_sampler);
     cache.release(seqs[0]);
   }
 
@@ -162,17 +165,18 @@ void bench(const BenchOptions& o) {
   // (--batch sequences stepping together, weights read once per step for all) runs its steps in
   // turns with the single sequence's decode segments, so that both meet the same states of a
   // shared host: run one after the other, its speed flipping by 1.5x within seconds made their
-  // ratio, the batch's gain, anything from 3x to 5x for the same build (docs/benchmarks.md).
+  // ratio, the batch's gain, 3.1x in one run and 5.1x in the next for the same build
+  // (docs/benchmarks.md, run 34).
   std::vector<KvSequenceBlocks> many(size_t(o.batch));
   std::vector<std::vector<int32_t>> many_tokens;
   for (int s = 0; s < o.batch; ++s) many_tokens.push_back(bench_prompt(kBatchPrompt, c.vocab_size, 10 + uint32_t(s)));
-  run(many, many_tokens);  // the batch's prompts: untimed
+  run(many, many_tokens, samplers.data());  // the batch's prompts: untimed
   std::vector<KvSequenceBlocks> seqs(1);
   std::vector<std::vector<int32_t>> tokens = {bench_prompt(o.prompt, c.vocab_size, 2)};
   warm_ple_rows(*ckpt, tokens[0]);
   comm.barrier();
   double t0 = now();
-  run(seqs, tokens);
+  run(seqs, tokens, single_sampler);
   const double ttft = now() - t0;
   timed.reset();
   double decode_s = 0, offered_gb = 0, buffer_offered_gb = 0, batch_s = 0, timed_comm_s = 0;
@@ -181,21 +185,21 @@ void bench(const BenchOptions& o) {
   for (int segment = 0, done = 1; done < o.gen; ++segment) {
     const int steps = std::min(kSegmentTokens, o.gen - done);
     const double start = now();
-    for (int i = 0; i < steps; ++i) run(seqs, tokens);
+    for (int i = 0; i < steps; ++i) run(seqs, tokens, single_sampler);
     const double seconds = now() - start;
     timed_comm_s += timed.seconds();
     const Bandwidth bw_after = probe_bandwidth();
     decode_s += seconds;
     offered_gb += seconds * std::max(bw_before.read, bw_after.read);
     buffer_offered_gb += seconds * std::max(bw_before.buffer, bw_after.buffer);
-    bw_before = bw_after;
     done += steps;
-    // This segment's share of the batch steps, between two single segments.
+    // This segment's share of the batch steps, then a probe for the next segment to start from.
     const int batch_here = batch_steps * (segment + 1) / segments - batch_steps * segment / segments;
     const double batch_start = now();
-    for (int i = 0; i < batch_here; ++i) run(many, many_tokens);
+    for (int i = 0; i < batch_here; ++i) run(many, many_tokens, samplers.data());
     batch_s += now() - batch_start;
     timed.reset();
+    bw_before = done < o.gen ? probe_bandwidth() : bw_after;
   }
   const double read_bw = offered_gb / decode_s, buffer_read_bw = buffer_offered_gb / decode_s;
   const double comm_per_token = timed_comm_s / std::max(1, o.gen - 1);
