@@ -14,9 +14,11 @@ namespace {
 // hand-off adds the pool's wake-up and moves every line between the cores. Zen 5 VM, two threads,
 // input written by the caller (a test program; serial against pooled, us): rms_norm of 2560
 // values x 8 rows 3.9 against 5.5, x 32 rows 15.7 against 18.3; gelu_gate of 10240 values 2.8
-// against 7.8. E4B q4 batches of 8 (steps alternated A-B-B-A in one process) ran 1.03-1.04x with
-// the norms and PLE gates of 8 tokens serial (until then pooled from 16384 and 2048 values on);
-// one token's decode, with its 10240-value MLP gate serial, within the noise (0.98-1.04).
+// against 7.8. In E4B, batches of 8 (steps alternated A-B-B-A in one process) ran 1.03-1.04x with
+// their hidden-state norms (20480 values) and PLE gates (2048) serial, until then pooled from
+// 16384 and 2048 values on, and the same with their MLP gates (81920) serial too, so the line
+// sits below those; one token's decode, with its 10240-value MLP gate serial, within the noise
+// (0.98-1.04).
 constexpr int64_t kSerialBelow = 1 << 16;
 
 }  // namespace

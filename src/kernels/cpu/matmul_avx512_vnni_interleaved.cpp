@@ -281,7 +281,7 @@ BatchTiles make_batch_tiles(std::integer_sequence<int, Rs...>) {
 // - 2560 columns (most of E4B's matrices) make Q8 blocks of 3 and 2 chunks, rather than 4 and 1,
 //   and one Q4 block: Q4 in blocks of 3 and 2 made twice the tile calls and first-chunk stores
 //   (Zen 5, one core, 8 tokens, both alternated A-B-B-A in one process: 10240 x 2560 1.05x from L2
-//   and from DRAM with one block, 2560 x 10240 the same; E4B q4 batches of 8, steps alternated
+//   and from DRAM with one block, 2560 x 10240 unchanged (0.99); E4B q4 batches of 8, steps alternated
 //   likewise: 1.00-1.05x, median 1.036, against ~1.01 for the harness against itself). Q8 in
 //   blocks of 5 read 0.94x from DRAM: 10 KB of weights beside 26 KB of activations crowd L1.
 template <WeightFormat F>
