@@ -224,6 +224,65 @@ struct InterleavedTile {
   }
 };
 
+// One token over a thread's rows [r0, r1) as kStreams parts read side by side: the i-th row group
+// of every part in turn, a chunk of each, with every part's float sums in registers. A single
+// sequential stream per core reads less of the bandwidth than several: on Zen 5, plain reads of
+// E4B q4 matrices in the decode's order, each thread's half as one stream, read 0.73-0.83 of the
+// probe, as 2 or 4 streams 1 KB at a time 0.87-0.90 (bench/read_patterns, stream1 and
+// streams2x1K). E4B decode, 8-token segments alternated A-B-B-A in one process: q4 1.04-1.08x
+// where the probe read 60-75 GB/s, 1.00-1.03x at 45-55; q8 1.05-1.13x. Four streams, or two with
+// their prefetches into L2, were slower. Each row's sum is the one Tile::run gives it (the same
+// chunks in the same order), and the rows the parts leave (a last uneven group, a range that does
+// not start at a group, groups that do not split evenly) go through tiled_matmul.
+template <WeightFormat F>
+void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xb,
+                          float* y) {
+  constexpr int kStreams = 2, R = kInterleaveRows;
+  using Tile = InterleavedTile<F, R, 1, _MM_HINT_T0>;
+  const int64_t ahead = prefetch_tuning().decode_ahead / kStreams;
+  const int64_t groups_per_stream = r0 % R ? 0 : (std::min(r1, w.rows / R * R) - r0) / R / kStreams;
+  const int64_t vs = 64 * R, chunk_step = R * interleaved_chunk_row_bytes(F), chunks = w.cols / kInterleaveChunk;
+  for (int64_t i = 0; i < groups_per_stream; ++i) {
+    int64_t first_row[kStreams];
+    const uint8_t* wc[kStreams];
+    const uint8_t* sc[kStreams];
+    for (int s = 0; s < kStreams; ++s) {
+      first_row[s] = r0 + R * (i + s * groups_per_stream);
+      wc[s] = interleaved_vector(w, first_row[s], 0, 0);
+      sc[s] = interleaved_scales(w, first_row[s], 0);
+    }
+    __m512 sums[kStreams][R];
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      const uint8_t* xc = xb + ch * kChunkBytesX;
+      const __m512i corrections = _mm512_load_si512(xc + kCorrectionsAt);
+      const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + kScalesAt));
+#pragma GCC unroll 4
+      for (int s = 0; s < kStreams; ++s) {
+        if (ahead)
+          for (int64_t b = 0; b < 32 * R; b += 64) Tile::prefetch(sc[s] + ahead + b);
+        __m512i acc[R][1];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[r][0] = corrections;
+        Tile::one_token_products(wc[s], vs, ahead, xc, acc);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sc[s] + 32 * r)));
+          const __m512 v = _mm512_cvtepi32_ps(acc[r][0]), scale = _mm512_mul_ps(dw, dx);
+          sums[s][r] = ch == 0 ? _mm512_mul_ps(v, scale) : _mm512_fmadd_ps(v, scale, sums[s][r]);
+        }
+        wc[s] += chunk_step;
+        sc[s] += chunk_step;
+      }
+    }
+    for (int s = 0; s < kStreams; ++s) {
+      alignas(64) float lanes[R * 16];
+      for (int r = 0; r < R; ++r) _mm512_store_ps(lanes + 16 * r, sums[s][r]);
+      Tile::store(lanes, first_row[s], y, 0, false);
+    }
+  }
+  tiled_matmul(tiles, w, r0 + R * kStreams * groups_per_stream, r1, xb, 0, 1, y, 0);
+}
+
 template <WeightFormat F>
 struct ForFormat {
   template <int R, int T>
@@ -356,6 +415,9 @@ void avx512vnni_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1
   // one core. With groups of 16 rows, 4-row tiles (each reading a quarter of every 1 KB) and
   // 16-row tiles in 4-row sub-tiles were 7-30% slower in E4B batches of 8.
   const bool q4_format = w.format == WeightFormat::Q4;
+  if (n == 1 && prefetch_tuning().decode_two_streams)
+    return q4_format ? one_token_in_streams<WeightFormat::Q4>(q4_decode, w, r0, r1, xq, y)
+                     : one_token_in_streams<WeightFormat::Q8>(q8_decode, w, r0, r1, xq, y);
   if (n == 1) return tiled_matmul(q4_format ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (q4_format) return batched_matmul<WeightFormat::Q4>(w, r0, r1, xq, xq_stride, n, y, y_stride);
   batched_matmul<WeightFormat::Q8>(w, r0, r1, xq, xq_stride, n, y, y_stride);

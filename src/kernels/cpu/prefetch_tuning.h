@@ -10,8 +10,9 @@
 // every line prefetched into L1 8 KB ahead brings it to 0.8-1.0 (E4B q4 decode 17 -> 24-25 tok/s),
 // and the batches' prefetches into L1 instead of L2 made E4B batches of 8 faster (q8 13%, q4 9%,
 // bf16 ~4%); bf16 batches gained another 3-4% from prefetching 8 KB ahead in their stream rather
-// than the next group (20-80 KB ahead), where q8/q4 did not. Only where measured: other CPUs keep
-// the Zen 4 choices.
+// than the next group (20-80 KB ahead), where q8/q4 did not. One-token VNNI tiles on Zen 5 also
+// read two row-group streams side by side, each 4 KB ahead (matmul_avx512_vnni_interleaved.cpp).
+// Only where measured: other CPUs keep the Zen 4 choices.
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -23,13 +24,16 @@ struct PrefetchTuning {
   bool batch_into_l1 = false;  // batched tiles' next-group lines into L1 (else L2)
   // Bytes ahead of a batched BF16/F16 row-group tile's loads; 0: the next group at the same columns.
   int64_t float_batch_ahead = 0;
+  // A thread's one-token VNNI decode reads its rows as two row-group streams side by side, each
+  // prefetched decode_ahead / 2 bytes ahead (else its rows in order).
+  bool decode_two_streams = false;
 };
 
 inline const PrefetchTuning& prefetch_tuning() {
   static const PrefetchTuning tuning = [] {
     const CpuFeatures& f = cpu_features();
     const bool zen5_or_later = f.amd && f.family >= 0x1a;
-    return zen5_or_later ? PrefetchTuning{8192, true, 8192} : PrefetchTuning{};
+    return zen5_or_later ? PrefetchTuning{8192, true, 8192, true} : PrefetchTuning{};
   }();
   return tuning;
 }
