@@ -17,10 +17,17 @@
 //   matrices    E4B q4 layers' matrices in decode order, one pool pass (and barrier) per matrix,
 //               each thread reading its half of the matrix;
 //   unsynced    the same reads in one pool pass (no barrier between matrices).
+//   stream1     `matrices` with each thread's half read as one sequential stream, as a one-token
+//               tile of the row groups reads it (kernels/weight.h), instead of 4 parts side by side;
+//   stream1pf   the same with every line prefetched into L1 8 KB ahead, as the VNNI one-token
+//               tiles do on Zen 5 (kernels/cpu/prefetch_tuning.h);
+//   streams2x1K 2 parts side by side, 1 KB of each in turn (a Q4 row group's chunk is 1.1 KB);
+//   streams4x1K the same with 4 parts.
 // and ends with the mean ratio of each to the probe over all rounds and over the rounds whose
 // probe was above and below the median probe.
 #include <fmt/core.h>
 
+#include <immintrin.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -119,6 +126,39 @@ uint64_t read_matrices_unsynchronised(ThreadPool& pool, const uint8_t* base, siz
   });
 }
 
+// Reads [p, p + bytes) as S parts side by side, G bytes of each in turn, every line prefetched into
+// L1 `Ahead` bytes before its load (0: no software prefetch).
+template <int S, size_t G, size_t Ahead>
+__attribute__((target("avx2"))) uint64_t read_streams(const uint8_t* p, size_t bytes) {
+  const size_t part = bytes / S / G * G;
+  __m256i acc[S];
+  for (auto& a : acc) a = _mm256_setzero_si256();
+  for (size_t i = 0; i < part; i += G)
+    for (int j = 0; j < S; ++j) {
+      const uint8_t* q = p + size_t(j) * part + i;
+      for (size_t k = 0; k < G; k += 64) {
+        if (Ahead) _mm_prefetch(reinterpret_cast<const char*>(q + k + Ahead), _MM_HINT_T0);
+        acc[j] = _mm256_add_epi64(acc[j], _mm256_add_epi64(_mm256_load_si256((const __m256i*)(q + k)),
+                                                           _mm256_load_si256((const __m256i*)(q + k + 32))));
+      }
+    }
+  for (int j = 1; j < S; ++j) acc[0] = _mm256_add_epi64(acc[0], acc[j]);
+  return uint64_t(_mm256_extract_epi64(acc[0], 0));
+}
+
+// `matrices` with each thread's half of a matrix read by read_streams<S, G, Ahead>.
+template <int S, size_t G, size_t Ahead>
+uint64_t read_matrices_in_streams(ThreadPool& pool, const uint8_t* base, size_t bytes) {
+  uint64_t s = 0;
+  for_each_matrix(bytes, [&](size_t at, size_t n) {
+    s += on_every_thread(pool, [&](int t, int nt) {
+      const size_t part = n / size_t(nt) / 4096 * 4096;
+      return read_streams<S, G, Ahead>(base + at + size_t(t) * part, part);
+    });
+  });
+  return s;
+}
+
 const Pattern kPatterns[] = {
     {"halves", read_halves},
     {"windows16M", [](ThreadPool& p, const uint8_t* b, size_t n) { return read_windows(p, b, n, size_t(16) << 20); }},
@@ -126,6 +166,10 @@ const Pattern kPatterns[] = {
     {"blocks64K", [](ThreadPool& p, const uint8_t* b, size_t n) { return read_blocks(p, b, n, size_t(64) << 10); }},
     {"matrices", read_matrices},
     {"unsynced", read_matrices_unsynchronised},
+    {"stream1", read_matrices_in_streams<1, 64, 0>},
+    {"stream1pf", read_matrices_in_streams<1, 64, 8192>},
+    {"streams2x1K", read_matrices_in_streams<2, 1024, 0>},
+    {"streams4x1K", read_matrices_in_streams<4, 1024, 0>},
 };
 constexpr size_t kPatternCount = std::size(kPatterns);
 
