@@ -201,23 +201,33 @@ struct InterleavedTile {
     const uint8_t* wc = interleaved_vector(w, row, ch0, 0);
     const uint8_t* sc = interleaved_scales(w, row, ch0);
     __m512 sums[R];
-    for (int64_t ch = ch0; ch < ch1; ++ch, wc += chunk_step, sc += chunk_step) {
-      if (ahead)
-        for (int64_t b = 0; b < 32 * R; b += 64) prefetch(sc + ahead + b);
-      const uint8_t* xc = xb + ch * kChunkBytesX;
-      __m512i acc[R][1];
-      const __m512i corrections = _mm512_load_si512(xc + kCorrectionsAt);
+    for (int64_t ch = ch0; ch < ch1; ++ch, wc += chunk_step, sc += chunk_step)
+      one_token_chunk(wc, sc, vs, ahead, xb + ch * kChunkBytesX, ch == ch0, sums);
+    store_registers(sums, row, y, y_stride, accumulate);
+  }
+
+  // One token's chunk of the tile's rows (vectors from wc, scales from sc, the chunk's activations
+  // at xc), each block's sum scaled and added to the row's float sums (set on the first chunk).
+  static void one_token_chunk(const uint8_t* wc, const uint8_t* sc, int64_t vs, int64_t ahead, const uint8_t* xc,
+                              bool first, __m512 (&sums)[R]) {
+    if (ahead)
+      for (int64_t b = 0; b < 32 * R; b += 64) prefetch(sc + ahead + b);
+    __m512i acc[R][1];
+    const __m512i corrections = _mm512_load_si512(xc + kCorrectionsAt);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[r][0] = corrections;
-      one_token_products(wc, vs, ahead, xc, acc);
-      const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + kScalesAt));
+    for (int r = 0; r < R; ++r) acc[r][0] = corrections;
+    one_token_products(wc, vs, ahead, xc, acc);
+    const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + kScalesAt));
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sc + 32 * r)));
-        const __m512 v = _mm512_cvtepi32_ps(acc[r][0]), scale = _mm512_mul_ps(dw, dx);
-        sums[r] = ch == ch0 ? _mm512_mul_ps(v, scale) : _mm512_fmadd_ps(v, scale, sums[r]);
-      }
+    for (int r = 0; r < R; ++r) {
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sc + 32 * r)));
+      const __m512 v = _mm512_cvtepi32_ps(acc[r][0]), scale = _mm512_mul_ps(dw, dx);
+      sums[r] = first ? _mm512_mul_ps(v, scale) : _mm512_fmadd_ps(v, scale, sums[r]);
     }
+  }
+
+  // The dot products of float sums held in registers into y, as store() does from memory.
+  static void store_registers(const __m512 (&sums)[R], int64_t row, float* y, int64_t y_stride, bool accumulate) {
     alignas(64) float lanes[R * 16];
     for (int r = 0; r < R; ++r) _mm512_store_ps(lanes + 16 * r, sums[r]);
     store(lanes, row, y, y_stride, accumulate);
@@ -252,33 +262,14 @@ void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r
       sc[s] = interleaved_scales(w, first_row[s], 0);
     }
     __m512 sums[kStreams][R];
-    for (int64_t ch = 0; ch < chunks; ++ch) {
-      const uint8_t* xc = xb + ch * kChunkBytesX;
-      const __m512i corrections = _mm512_load_si512(xc + kCorrectionsAt);
-      const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + kScalesAt));
+    for (int64_t ch = 0; ch < chunks; ++ch)
 #pragma GCC unroll 4
       for (int s = 0; s < kStreams; ++s) {
-        if (ahead)
-          for (int64_t b = 0; b < 32 * R; b += 64) Tile::prefetch(sc[s] + ahead + b);
-        __m512i acc[R][1];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) acc[r][0] = corrections;
-        Tile::one_token_products(wc[s], vs, ahead, xc, acc);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sc[s] + 32 * r)));
-          const __m512 v = _mm512_cvtepi32_ps(acc[r][0]), scale = _mm512_mul_ps(dw, dx);
-          sums[s][r] = ch == 0 ? _mm512_mul_ps(v, scale) : _mm512_fmadd_ps(v, scale, sums[s][r]);
-        }
+        Tile::one_token_chunk(wc[s], sc[s], vs, ahead, xb + ch * kChunkBytesX, ch == 0, sums[s]);
         wc[s] += chunk_step;
         sc[s] += chunk_step;
       }
-    }
-    for (int s = 0; s < kStreams; ++s) {
-      alignas(64) float lanes[R * 16];
-      for (int r = 0; r < R; ++r) _mm512_store_ps(lanes + 16 * r, sums[s][r]);
-      Tile::store(lanes, first_row[s], y, 0, false);
-    }
+    for (int s = 0; s < kStreams; ++s) Tile::store_registers(sums[s], first_row[s], y, 0, false);
   }
   tiled_matmul(tiles, w, r0 + R * kStreams * groups_per_stream, r1, xb, 0, 1, y, 0);
 }
