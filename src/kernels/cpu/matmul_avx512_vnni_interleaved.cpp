@@ -239,9 +239,9 @@ struct InterleavedTile {
 // sequential stream per core reads less of the bandwidth than several: on Zen 5, plain reads of
 // E4B q4 matrices in the decode's order, each thread's half as one stream, read 0.73-0.83 of the
 // probe, as 2 or 4 streams 1 KB at a time 0.87-0.90 (bench/read_patterns, stream1 and
-// streams2x1K). E4B decode, 8-token segments alternated A-B-B-A in one process: q4 1.04-1.06x
-// where the probe read 62-76 GB/s, 1.01-1.02x at 45; q8 1.05-1.08x. Four streams, or two with
-// their prefetches into L2, were slower (docs/kernels.md, "Session 37"). Each row's sum is the one Tile::run gives it (the same
+// streams2x1K). Decode, 8-token segments alternated A-B-B-A in one process: E4B q4 0.96-1.06x
+// (median 1.03 over 8 runs), E2B q4 1.00-1.08x (3 runs), E4B q8 1.05-1.08x (2). Four streams, or
+// two with their prefetches into L2, were slower (docs/kernels.md, "Session 37"). Each row's sum is the one Tile::run gives it (the same
 // chunks in the same order), and the rows the parts leave (a last uneven group, a range that does
 // not start at a group, groups that do not split evenly) go through tiled_matmul.
 template <WeightFormat F>
