@@ -353,7 +353,8 @@ TEST_P(InterleavedMatmul, OneTokenRunsGiveEveryRowTheBatchsSum) {
     std::copy(x.begin(), x.end(), twice.begin() + kCols);
     std::vector<float> batch(size_t(2 * kRows), -1.0f);
     k.matmul_rows(m.view, 0, kRows, twice.data(), kCols, 2, batch.data(), kRows);
-    ASSERT_EQ(std::vector<float>(batch.begin(), batch.begin() + kRows), std::vector<float>(batch.begin() + kRows, batch.end()));
+    ASSERT_EQ(std::vector<float>(batch.begin(), batch.begin() + kRows),
+              std::vector<float>(batch.begin() + kRows, batch.end()));
     const std::pair<int64_t, int64_t> runs[] = {{0, kRows}, {0, 4}, {0, 8}, {4, 16}, {8, 20}, {16, 76},
                                                 {12, kRows}, {3, 41}, {0, 77}, {64, kRows}, {76, kRows}};
     for (const auto& [r0, r1] : runs) {

@@ -241,9 +241,10 @@ struct InterleavedTile {
 // probe, as 2 or 4 streams 1 KB at a time 0.87-0.90 (bench/read_patterns, stream1 and
 // streams2x1K). Decode, 8-token segments alternated A-B-B-A in one process: E4B q4 0.96-1.06x
 // (median 1.03 over 8 runs), E2B q4 1.00-1.08x (3 runs), E4B q8 1.05-1.08x (2). Four streams, or
-// two with their prefetches into L2, were slower (docs/kernels.md, "Session 37"). Each row's sum is the one Tile::run gives it (the same
-// chunks in the same order), and the rows the parts leave (a last uneven group, a range that does
-// not start at a group, groups that do not split evenly) go through tiled_matmul.
+// two with their prefetches into L2, were slower (docs/kernels.md, "Session 37"). Each row's sum
+// is the one Tile::run gives it (the same chunks in the same order), and the rows the parts leave
+// (a last uneven group, a range that does not start at a group, groups that do not split evenly)
+// go through tiled_matmul.
 template <WeightFormat F>
 void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xb,
                           float* y) {
