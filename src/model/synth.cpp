@@ -30,12 +30,15 @@ struct Preset {
 
 // tiny: the shapes of ../shared/golden (tiny-e4b). tiny-e2b: E2B-like (one KV head, double-wide
 // MLP, 4+1 pattern, another window). tiny-unshared: every layer writes its own cache (no KV
-// sharing, as in Gemma 4 configurations without it). demo: the real vocabulary with small layers,
-// for the server.
+// sharing, as in Gemma 4 configurations without it). tiny-odd: sizes off the kernels' multiples
+// (hidden 80, head sizes 40 and 72, MLP 200, vocabulary 500, a 2+1 pattern, window 7), so their
+// tails and fallbacks run: rows too short for row groups, quantization blocks cut short, heads that
+// are no multiple of 16. demo: the real vocabulary with small layers, for the server.
 constexpr Preset kPresets[] = {
     {"tiny", 128, 12, 6, 4, 2, 32, 64, 512, false, 4, 16, 512, 16, 2},
     {"tiny-e2b", 96, 10, 5, 4, 1, 32, 64, 384, true, 4, 8, 512, 16, 2},
     {"tiny-unshared", 128, 8, 4, 4, 2, 32, 64, 512, false, 0, 16, 512, 16, 2},
+    {"tiny-odd", 80, 7, 3, 4, 1, 40, 72, 200, true, 3, 7, 500, 8, 2},
     {"demo", 256, 6, 3, 4, 2, 64, 128, 1024, false, 2, 64, 262144, 32, 2},
     {"e2b", 1536, 35, 5, 8, 1, 256, 512, 6144, true, 20, 512, 262144, 256, 3},
     {"e4b", 2560, 42, 6, 8, 2, 256, 512, 10240, false, 18, 512, 262144, 256, 4},

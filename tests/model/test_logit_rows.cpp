@@ -67,7 +67,7 @@ class RowCountingOps final : public Ops {
 class LogitRows : public ::testing::TestWithParam<std::string> {
  protected:
   std::string checkpoint_dir() const {
-    return GetParam() == "golden" ? test::golden_tiny_checkpoint() : test::synth_checkpoint(GetParam());
+    return test::checkpoint_for(GetParam());
   }
 };
 
@@ -133,13 +133,12 @@ TEST_P(LogitRows, OnlyTheWantedRowsRunPastTheLastCacheWritingLayer) {
   cache.release(kv);
 }
 
-// The golden E4B-like checkpoint, E2B-like, and one without KV sharing (its last layer is the last
-// writer, and the rows are trimmed within it, before the LM head).
-INSTANTIATE_TEST_SUITE_P(Checkpoints, LogitRows, ::testing::Values("golden", "tiny-e2b", "tiny-unshared"),
-                         [](const auto& info) {
-                           return info.param == "golden" ? std::string("E4BLike")
-                                  : info.param == "tiny-e2b" ? std::string("E2BLike") : std::string("Unshared");
-                         });
+// The golden E4B-like checkpoint, E2B-like, one without KV sharing (its last layer is the last
+// writer, and the rows are trimmed within it, before the LM head), and one of sizes no SIMD width
+// divides.
+INSTANTIATE_TEST_SUITE_P(Checkpoints, LogitRows,
+                         ::testing::Values("golden", "tiny-e2b", "tiny-unshared", "tiny-odd"),
+                         [](const auto& info) { return test::checkpoint_label(info.param); });
 
 }  // namespace
 }  // namespace tandem

@@ -31,7 +31,7 @@ class TensorParallel : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!have_mpirun()) GTEST_SKIP() << "mpirun not found (apt-get install openmpi-bin)";
-    model_ = GetParam() == "golden" ? test::golden_tiny_checkpoint() : test::synth_checkpoint(GetParam());
+    model_ = test::checkpoint_for(GetParam());
   }
   std::string model_;
 };
@@ -58,8 +58,8 @@ TEST_P(TensorParallel, LogitsWithin1e4OfSingleRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoints, TensorParallel, ::testing::Values("golden", "tiny-e2b"),
-                         [](const auto& info) { return info.param == "golden" ? std::string("E4BLike") : std::string("E2BLike"); });
+INSTANTIATE_TEST_SUITE_P(Checkpoints, TensorParallel, ::testing::Values("golden", "tiny-e2b", "tiny-odd"),
+                         [](const auto& info) { return test::checkpoint_label(info.param); });
 
 TEST(TensorParallelErrors, AFailingRankEndsTheJob) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";

@@ -169,6 +169,18 @@ std::string golden_tiny_checkpoint() {
                          "/usr/bin/python3 " + shell_quote(shared_dir() + "/golden/make_tiny.py") + " tiny-e4b");
 }
 
+std::string checkpoint_for(const std::string& name) {
+  return name == "golden" ? golden_tiny_checkpoint() : synth_checkpoint(name);
+}
+
+std::string checkpoint_label(const std::string& name) {
+  if (name == "golden") return "E4BLike";
+  if (name == "tiny-e2b") return "E2BLike";
+  if (name == "tiny-unshared") return "Unshared";
+  if (name == "tiny-odd") return "OddSizes";
+  return "Unlabelled";
+}
+
 std::string synth_checkpoint(const std::string& preset, int seed) {
   return cached_or_throw("synth-" + preset + "-" + std::to_string(seed),
                          shell_quote(tandem_binary()) + " synth --preset " + preset + " --seed " +

@@ -60,6 +60,10 @@ std::string demo_model_with_tokenizer();
 std::string golden_tiny_checkpoint();
 // A checkpoint from `tandem synth --preset NAME`, generated once per build (cached).
 std::string synth_checkpoint(const std::string& preset, int seed = 7);
+// The checkpoint for a parameterized model test ("golden" or a synth preset), and the test's name
+// suffix for it (E4BLike, E2BLike, Unshared, OddSizes).
+std::string checkpoint_for(const std::string& name);
+std::string checkpoint_label(const std::string& name);
 
 // Installs tests/js/package.json's packages (npm ci, once per checkout, under a file lock) and
 // returns the node_modules folder, or "" when npm or the registry is unreachable: tests then
