@@ -33,6 +33,11 @@ int interleaved_code(const WeightMatrix& w, int64_t r, int64_t c) {
   return int(p.high ? byte >> 4 : byte & 0xf) - 8;
 }
 
+// The 4 nibbles of v (lowest first) in the low nibbles of 4 bytes (lowest byte first).
+uint32_t spread_nibbles(uint16_t v) {
+  return uint32_t(v & 0xf) | uint32_t(v >> 4 & 0xf) << 8 | uint32_t(v >> 8 & 0xf) << 16 | uint32_t(v >> 12) << 24;
+}
+
 }  // namespace
 
 bool can_interleave(const WeightMatrix& w) {
@@ -58,30 +63,35 @@ void interleave_row_groups(const WeightMatrix& w, const uint8_t* codes, const ui
         std::memcpy(const_cast<uint8_t*>(interleaved_vector(dst, r, v, 0)), codes + (r - first) * bytes + 64 * v, 64);
     return;
   }
+  // Per chunk this is a 16 x 8 transpose of 4-byte units (block j's 4 codes for vector k move from
+  // unit 8 j + k to unit 16 k + j), so the loops move whole units: a byte at a time through
+  // interleaved_place() took ~3 s of CPU for E4B in q4, most of a resident load.
   const int64_t chunks = w.cols / kInterleaveChunk;
-  const int64_t vectors = w.format == WeightFormat::Q8 ? 8 : 4;
+  const bool q8 = w.format == WeightFormat::Q8;
+  const int64_t chunk_bytes = row_bytes(w.format, kInterleaveChunk);
   dst.scales = out + w.rows * bytes;
-  std::vector<uint8_t> row(static_cast<size_t>(bytes));
   for (int64_t r = first; r < std::min(w.rows, g1 * kInterleaveRows); ++r) {
-    const uint8_t* src = codes + (r - first) * bytes;
-    if (w.format == WeightFormat::Q4) std::fill(row.begin(), row.end(), uint8_t(0));
-    // The loops walk interleaved_place() in order, without its divisions (this runs over every weight at load).
-    for (int64_t chunk = 0; chunk < chunks; ++chunk)
-      for (int64_t j = 0; j < 16; ++j)
-        for (int64_t k = 0; k < 8; ++k)
-          for (int64_t b = 0; b < 4; ++b) {
-            const int64_t c = chunk * kInterleaveChunk + 32 * j + 4 * k + b;
-            if (w.format == WeightFormat::Q8) {
-              row[size_t(chunk * kInterleaveChunk + 64 * k + 4 * j + b)] = uint8_t(src[c] ^ 0x80);  // q + 128
-            } else {
-              const uint8_t packed = src[c / 2];
-              const uint8_t code = c % 2 ? packed >> 4 : packed & 0xf;  // stored as q + 8 already
-              row[size_t(chunk * kInterleaveChunk / 2 + 64 * (k % 4) + 4 * j + b)] |= k >= 4 ? uint8_t(code << 4) : code;
-            }
-          }
+    const uint8_t* src_row = codes + (r - first) * bytes;
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-      for (int64_t k = 0; k < vectors; ++k)
-        std::memcpy(const_cast<uint8_t*>(interleaved_vector(dst, r, chunk, k)), row.data() + 64 * (chunk * vectors + k), 64);
+      const uint8_t* src = src_row + chunk * chunk_bytes;
+      for (int64_t k = 0; k < (q8 ? 8 : 4); ++k) {
+        uint32_t vector[16];
+        for (int64_t j = 0; j < 16; ++j) {
+          if (q8) {
+            uint32_t unit;  // columns 32 j + 4 k .. + 3
+            std::memcpy(&unit, src + 32 * j + 4 * k, 4);
+            vector[j] = unit ^ 0x80808080u;  // q + 128
+          } else {
+            // Two bytes hold columns 32 j + 4 k .. + 3 as nibbles (already q + 8); the high nibbles
+            // of the output take the same columns of vector k + 4.
+            uint16_t low, high;
+            std::memcpy(&low, src + 16 * j + 2 * k, 2);
+            std::memcpy(&high, src + 16 * j + 2 * (k + 4), 2);
+            vector[j] = spread_nibbles(low) | spread_nibbles(high) << 4;
+          }
+        }
+        std::memcpy(const_cast<uint8_t*>(interleaved_vector(dst, r, chunk, k)), vector, 64);
+      }
       std::memcpy(const_cast<uint8_t*>(interleaved_scales(dst, r, chunk)), scales + (r - first) * scale_bytes + 32 * chunk, 32);
     }
   }
