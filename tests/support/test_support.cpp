@@ -93,6 +93,16 @@ std::string cached_output(const std::string& target, const std::string& command)
 }
 
 namespace {
+// A cache entry's name carries a hash of the source that generates it (a preset table, a script),
+// so an edited generator makes a new entry instead of tests reading the old one.
+std::string generator_key(const std::string& source_file) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : read_file(source_file)) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string(hex, 8);
+}
+
 std::string cached_or_throw(const std::string& name, const std::string& command) {
   const std::string path = cached_output(build_cache_dir() + "/" + name, command);
   if (path.empty()) throw std::runtime_error("generating " + name + " failed (see stderr)");
@@ -135,9 +145,9 @@ std::string gemma4_tokenizer_path() {
   std::call_once(once, [] {
     const std::string gemma3 = gemma3_tokenizer_path();
     if (gemma3.empty()) return;
-    path = cached_output(build_cache_dir() + "/gemma4-tokenizer.json",
-                         "/usr/bin/python3 " + shell_quote(source_dir() + "/scripts/gemma4_tokenizer.py") + " " +
-                             shell_quote(gemma3));
+    const std::string script = source_dir() + "/scripts/gemma4_tokenizer.py";
+    path = cached_output(build_cache_dir() + "/gemma4-tokenizer-" + generator_key(script) + ".json",
+                         "/usr/bin/python3 " + shell_quote(script) + " " + shell_quote(gemma3));
   });
   return path;
 }
@@ -148,7 +158,8 @@ std::string demo_model_with_tokenizer() {
   std::call_once(once, [] {
     const std::string tokenizer = gemma4_tokenizer_path();
     if (tokenizer.empty()) return;
-    path = cached_output(build_cache_dir() + "/server-demo-model", shell_quote(tandem_binary()) +
+    const std::string key = generator_key(source_dir() + "/src/model/synth.cpp");
+    path = cached_output(build_cache_dir() + "/server-demo-model-" + key, shell_quote(tandem_binary()) +
                                                                        " synth --preset demo --seed 7 --tokenizer " +
                                                                        shell_quote(tokenizer) + " --out");
   });
@@ -165,8 +176,9 @@ std::vector<int32_t> pseudo_random_ids(int n, int vocab, uint32_t seed) {
 }
 
 std::string golden_tiny_checkpoint() {
-  return cached_or_throw("golden-tiny-e4b",
-                         "/usr/bin/python3 " + shell_quote(shared_dir() + "/golden/make_tiny.py") + " tiny-e4b");
+  const std::string script = shared_dir() + "/golden/make_tiny.py";
+  return cached_or_throw("golden-tiny-e4b-" + generator_key(script),
+                         "/usr/bin/python3 " + shell_quote(script) + " tiny-e4b");
 }
 
 std::string checkpoint_for(const std::string& name) {
@@ -182,7 +194,8 @@ std::string checkpoint_label(const std::string& name) {
 }
 
 std::string synth_checkpoint(const std::string& preset, int seed) {
-  return cached_or_throw("synth-" + preset + "-" + std::to_string(seed),
+  const std::string key = generator_key(source_dir() + "/src/model/synth.cpp");
+  return cached_or_throw("synth-" + preset + "-" + std::to_string(seed) + "-" + key,
                          shell_quote(tandem_binary()) + " synth --preset " + preset + " --seed " +
                              std::to_string(seed) + " --out");
 }
