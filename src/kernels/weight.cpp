@@ -63,9 +63,10 @@ void interleave_row_groups(const WeightMatrix& w, const uint8_t* codes, const ui
         std::memcpy(const_cast<uint8_t*>(interleaved_vector(dst, r, v, 0)), codes + (r - first) * bytes + 64 * v, 64);
     return;
   }
-  // Per chunk this is a 16 x 8 transpose of 4-byte units (block j's 4 codes for vector k move from
-  // unit 8 j + k to unit 16 k + j), so the loops move whole units: a byte at a time through
-  // interleaved_place() took ~3 s of CPU for E4B in q4, most of a resident load.
+  // Per chunk this is a transpose of 4-byte units (Q8: block j's 4 codes for vector k move from
+  // unit 8 j + k to unit 16 k + j; Q4 the same in nibbles), so the loops move whole units (the
+  // order of interleaved_place()): a byte at a time it took ~3 s of CPU for E4B in q4, most of a
+  // resident load.
   const int64_t chunks = w.cols / kInterleaveChunk;
   const bool q8 = w.format == WeightFormat::Q8;
   const int64_t chunk_bytes = row_bytes(w.format, kInterleaveChunk);
