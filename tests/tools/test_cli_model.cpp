@@ -128,9 +128,9 @@ TEST(Bench, JsonReportsEveryKeyAndTheRooflineRatio) {
   auto r = test::run(tandem_cmd("bench --model " + model + " --prompt 40 --gen 40 --batch 3 --threads 2 --json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json out = json::parse(r.out);
-  for (const char* key : {"prefill_tok_s", "decode_tok_s", "ttft_s", "peak_rss_bytes", "weight_bytes_per_token",
-                          "read_bw_gb_s", "roofline", "batch_decode_tok_s", "buffer_read_bw_gb_s",
-                          "buffer_roofline"}) {
+  for (const char* key : {"load_s", "prefill_tok_s", "decode_tok_s", "ttft_s", "peak_rss_bytes",
+                          "weight_bytes_per_token", "read_bw_gb_s", "roofline", "batch_decode_tok_s",
+                          "buffer_read_bw_gb_s", "buffer_roofline"}) {
     ASSERT_TRUE(out.contains(key)) << key;
     EXPECT_GT(out[key].get<double>(), 0.0) << key;
   }
