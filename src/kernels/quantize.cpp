@@ -15,6 +15,15 @@ void check_length(int64_t n) {
   if (n % kQuantBlock) fail("cannot quantize a row of {} values: not a multiple of {}", n, kQuantBlock);
 }
 
+// std::lround (halves away from zero) without the library call, which was a third of `tandem
+// quantize`'s time: the fraction v - trunc(v) is exact in float for |v| < 2^31, so the result is
+// the same for every v the quantizers pass (finite, at most a few units past the code range).
+inline int round_half_away(float v) {
+  const int whole = int(v);  // toward zero
+  const float fraction = v - float(whole);
+  return whole + (fraction >= 0.5f) - (fraction <= -0.5f);
+}
+
 // 1 / scale, or 0 for a zero (or, after f16 rounding, vanished) scale so the block becomes zeros.
 float inverse(float scale) { return scale != 0.0f ? 1.0f / scale : 0.0f; }
 
@@ -36,7 +45,7 @@ void quantize_row_q8(const float* x, int64_t n, int8_t* q, uint16_t* f16_scales)
     check_block(xb, f16_scales[b]);
     const float inv = inverse(f16_to_f32(f16_scales[b]));
     for (int i = 0; i < kQuantBlock; ++i)
-      q[b * kQuantBlock + i] = int8_t(std::clamp(std::lround(xb[i] * inv), -127L, 127L));
+      q[b * kQuantBlock + i] = int8_t(std::clamp(round_half_away(xb[i] * inv), -127, 127));
   }
 }
 
@@ -52,8 +61,8 @@ void quantize_row_q4(const float* x, int64_t n, uint8_t* packed, uint16_t* f16_s
     const float inv = inverse(f16_to_f32(f16_scales[b]));
     uint8_t* out = packed + b * kQuantBlock / 2;
     for (int i = 0; i < kQuantBlock; i += 2) {
-      const long lo = std::clamp(std::lround(xb[i] * inv), -8L, 7L) + 8;
-      const long hi = std::clamp(std::lround(xb[i + 1] * inv), -8L, 7L) + 8;
+      const int lo = std::clamp(round_half_away(xb[i] * inv), -8, 7) + 8;
+      const int hi = std::clamp(round_half_away(xb[i + 1] * inv), -8, 7) + 8;
       out[i / 2] = uint8_t(lo | (hi << 4));
     }
   }

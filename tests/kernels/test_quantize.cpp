@@ -98,6 +98,33 @@ TEST(Quantize, NibbleOrderIsLowFirst) {
   EXPECT_EQ(packed[1], uint8_t(15 | (8 << 4)));  // x2 -> 15, x3 = 0 -> 8
 }
 
+// Codes round to nearest with halves away from zero (std::lround), in both formats and signs, and
+// values a float step either side of a half go to the nearer code.
+TEST(Quantize, HalvesRoundAwayFromZero) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f;  // Q8 scale 1
+  const float below_half = std::nextafter(0.5f, 0.0f), above_half = std::nextafter(2.5f, 3.0f);
+  const float values[] = {0.5f, -0.5f, 1.5f, -1.5f, 2.5f, -2.5f, below_half, -below_half, above_half, -above_half};
+  const int q8_codes[] = {1, -1, 2, -2, 3, -3, 0, 0, 3, -3};
+  for (size_t i = 0; i < std::size(values); ++i) x[1 + i] = values[i];
+  std::vector<int8_t> q8(32);
+  std::vector<uint16_t> s(1);
+  quantize_row_q8(x.data(), 32, q8.data(), s.data());
+  ASSERT_EQ(f16_to_f32(s[0]), 1.0f);
+  for (size_t i = 0; i < std::size(values); ++i) EXPECT_EQ(q8[1 + i], q8_codes[i]) << values[i];
+
+  x[0] = -8.0f;  // Q4 scale 1 (the extreme maps to -8)
+  for (size_t i = 0; i < std::size(values); ++i) x[1 + i] = values[i];
+  std::vector<uint8_t> packed(16);
+  quantize_row_q4(x.data(), 32, packed.data(), s.data());
+  ASSERT_EQ(f16_to_f32(s[0]), 1.0f);
+  for (size_t i = 0; i < std::size(values); ++i) {
+    const size_t c = 1 + i;
+    const int code = ((c % 2 ? packed[c / 2] >> 4 : packed[c / 2] & 0xf)) - 8;
+    EXPECT_EQ(code, q8_codes[i]) << values[i];
+  }
+}
+
 TEST(Quantize, ZeroBlocksStayZero) {
   std::vector<float> x(64, 0.0f);
   x[40] = 1.0f;
