@@ -134,8 +134,8 @@ TEST_P(LogitRows, OnlyTheWantedRowsRunPastTheLastCacheWritingLayer) {
 }
 
 // The golden E4B-like checkpoint, E2B-like, one without KV sharing (its last layer is the last
-// writer, and the rows are trimmed within it, before the LM head), and one of sizes no SIMD width
-// divides.
+// writer, and the rows are trimmed within it, before the LM head), and one of sizes off the
+// kernels' multiples.
 INSTANTIATE_TEST_SUITE_P(Checkpoints, LogitRows,
                          ::testing::Values("golden", "tiny-e2b", "tiny-unshared", "tiny-odd"),
                          [](const auto& info) { return test::checkpoint_label(info.param); });
