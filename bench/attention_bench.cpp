@@ -4,7 +4,8 @@
 //   Decode/<kv dtype>/<context>    one query row at the last position of a context: GB/s of keys and
 //                                  values read, and "roofline" = that divided by the higher read
 //                                  bandwidth probed just before and after it (decode at long contexts
-//                                  streams the cache as it streams weights)
+//                                  streams the cache as it streams weights; at 256 keys the cache
+//                                  sits in L2, so that case shows the kernel's own pace)
 //   Batch8/<kv dtype>/<context>    8 sequences of that context, one row each: GB/s
 //   Prefill/<kv dtype>/<context>   the last 512 rows of a prompt of that context at once: GFLOP/s
 //                                  (2 flops per query element and key for the scores, 2 for the values)
@@ -143,12 +144,12 @@ void register_case(const Shape& shape, const std::string& name, KvDType dtype, i
 int main(int argc, char** argv) {
   for (KvDType dtype : {KvDType::F32, KvDType::BF16}) {
     const std::string d(kv_dtype_name(dtype));
-    for (int context : {4096, 32768, 131072})
+    for (int context : {256, 4096, 32768, 131072})
       register_case(kE4B, "Decode/" + d + "/" + std::to_string(context), dtype, 1, context, 1);
     register_case(kE4B, "Batch8/" + d + "/8192", dtype, 8, 8192, 1);
     for (int context : {4096, 32768})
       register_case(kE4B, "Prefill/" + d + "/" + std::to_string(context), dtype, 1, context, kPrefillRows);
-    register_case(kE2B, "Decode/" + d + "/32768", dtype, 1, 32768, 1);
+    for (int context : {256, 32768}) register_case(kE2B, "Decode/" + d + "/" + std::to_string(context), dtype, 1, context, 1);
   }
   benchmark::Initialize(&argc, argv);
   RooflineReporter reporter;

@@ -126,7 +126,9 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
   ItemQueries queries;
   item_queries(b, item, states, queries);
   alignas(32) float scores[kBlock];
-  alignas(32) float weights[kQueries][kBlock];
+  BlockWeights<kQueries> bw;
+  bw.rescaled = false;  // raise_max rescales at once
+  auto& weights = bw.w;
   for_each_chunk_block<T, kQueries>(b, item, queries, [&](const QueryChunk& ch, const ChunkBlock& cb) {
     const int q0 = ch.q0, qc = ch.qc;
     __m256 s[kQueries][2];
@@ -151,7 +153,7 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
       _mm256_store_ps(weights[c], e0);
       _mm256_store_ps(weights[c] + 8, e1);
     }
-    add_weighted_values<Lanes, T, kQueries>(kv, ch, cb, weights, states);
+    add_weighted_values<Lanes, T, kQueries>(kv, ch, cb, bw, states);
   });
 }
 

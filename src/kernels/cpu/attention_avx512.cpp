@@ -69,56 +69,106 @@ struct Lanes {
   static __m512 load_kv(const void* base, int64_t offset) { return load16<T>(base, offset); }
 };
 
-// The scores of a chunk's QC queries against one block's 16 keys: each dimension's keys loaded
-// once for all of them, as in attention_avx2.cpp (QC a template argument, the sums in locals).
-template <KvDType T, int QC>
-void block_scores(const KvLayerView& kv, const ItemQueries& queries, int q0, const ChunkBlock& cb,
-                  __m512 (&out)[kQueries]) {
-  const float* q[QC];
-  __m512 s[QC];
+// The scores of a chunk's QC queries against NB blocks' 16 keys each: per dimension, each block's
+// keys loaded once and each query element broadcast once for all of them. Several blocks give the
+// loop NB x QC independent sums (one block left a decode's 4 queries waiting on the FMA latency)
+// and fewer loads per FMA; each score still adds its dimensions in order, so the sums are those of
+// one block at a time. qt: the chunk's queries dimension by dimension (QC floats each), one
+// pointer for all of them. QC and NB are template arguments, so that the sums stay in registers.
+template <KvDType T, int QC, int NB, bool kPrefetch>
+void group_scores_of(const KvLayerView& kv, const float* qt, const ChunkBlock* cbs, __m512 (*out)[kQueries]) {
+  __m512 s[NB][QC];
+  const char* keys[NB];
+  const char* next[NB];  // a block without a next one touches its own lines again: cheaper than a test
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j) {
+    keys[j] = element_address<T>(kv.keys, cbs[j].k0);
+    next[j] = cbs[j].prefetch_next ? cbs[j].next_keys : keys[j];
 #pragma GCC unroll 8
-  for (int c = 0; c < QC; ++c) {
-    q[c] = queries.q[q0 + c];
-    s[c] = _mm512_setzero_ps();
+    for (int c = 0; c < QC; ++c) s[j][c] = _mm512_setzero_ps();
   }
-  const int D = kv.head_dim;
-  const char* keys = element_address<T>(kv.keys, cb.k0);
-  for (int d = 0; d < D; ++d, keys += kBlock * kvsize<T>()) {
-    if (cb.prefetch_next) _mm_prefetch(cb.next_keys + int64_t(d) * kBlock * kvsize<T>(), _MM_HINT_T1);
-    const __m512 k = load16<T>(keys, 0);
+  constexpr int64_t kLine = kBlock * kvsize<T>();  // one dimension of a block's keys
+  const int64_t end = kv.head_dim * kLine;
+  for (int64_t at = 0; at < end; at += kLine, qt += QC) {
+    __m512 k[NB];
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) {
+      if constexpr (kPrefetch) _mm_prefetch(next[j] + at, _MM_HINT_T1);
+      k[j] = load16<T>(keys[j] + at, 0);
+    }
 #pragma GCC unroll 8
-    for (int c = 0; c < QC; ++c) s[c] = _mm512_fmadd_ps(_mm512_set1_ps(q[c][d]), k, s[c]);
+    for (int c = 0; c < QC; ++c) {
+      const __m512 qd = _mm512_set1_ps(qt[c]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NB; ++j) s[j][c] = _mm512_fmadd_ps(qd, k[j], s[j][c]);
+    }
   }
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j)
 #pragma GCC unroll 8
-  for (int c = 0; c < QC; ++c) out[c] = s[c];
+    for (int c = 0; c < QC; ++c) out[j][c] = s[j][c];
+}
+
+template <KvDType T, int QC, int NB>
+void group_scores(const KvLayerView& kv, const float* qt, const ChunkBlock* cbs, __m512 (*out)[kQueries]) {
+  bool prefetch = false;
+  for (int j = 0; j < NB; ++j) prefetch |= cbs[j].prefetch_next;
+  if (prefetch) group_scores_of<T, QC, NB, true>(kv, qt, cbs, out);
+  else group_scores_of<T, QC, NB, false>(kv, qt, cbs, out);
 }
 
 template <KvDType T>
-void run(const AttentionBatch& b, const WorkItem& item, State* states) {
+void run(const AttentionBatch& b, const WorkItem& item, State* states, float* scratch) {
   const KvLayerView& kv = b.kv;
   const int D = kv.head_dim;
   ItemQueries queries;
   item_queries(b, item, states, queries);
-  alignas(64) float weights[kQueries][kBlock];
-  for_each_chunk_block<T, kQueries>(b, item, queries, [&](const QueryChunk& ch, const ChunkBlock& cb) {
-    const int q0 = ch.q0, qc = ch.qc;
-    __m512 s[kQueries];
-    with_query_count<kQueries>(qc, [&](auto n) { block_scores<T, n()>(kv, queries, q0, cb, s); });
-    for (int c = 0; c < qc; ++c) {
+  // The chunk whose queries `qt` holds transposed (a decode item has one chunk, so once per item).
+  float* qt = scratch;
+  int qt_chunk = -1;
+  auto transposed = [&](const QueryChunk& ch) {
+    if (qt_chunk != ch.q0) {
+      for (int c = 0; c < ch.qc; ++c)
+        for (int d = 0; d < D; ++d) qt[d * ch.qc + c] = queries.q[ch.q0 + c][d];
+      qt_chunk = ch.q0;
+    }
+    return qt;
+  };
+  // One block's softmax step for the chunk's queries: their weights for its slots, and the
+  // rescales its values wait for (they are added after the whole group's scores).
+  auto block_weights = [&](const QueryChunk& ch, const ChunkBlock& cb, const __m512* s, BlockWeights<kQueries>& bw) {
+    bw.rescaled = false;
+    for (int c = 0; c < ch.qc; ++c) {
       int first, last;
-      visible_slots(queries, q0 + c, cb, first, last);
+      visible_slots(queries, ch.q0 + c, cb, first, last);
+      bw.rescale[c] = 1.0f;
       if (first > last) {
-        std::memset(weights[c], 0, sizeof weights[c]);
+        std::memset(bw.w[c], 0, sizeof bw.w[c]);
         continue;
       }
       const __mmask16 mask = __mmask16(((1u << (last + 1)) - 1) & ~((1u << first) - 1));
-      State& st = states[q0 + c];
-      raise_max<Lanes>(st, _mm512_mask_reduce_max_ps(mask, s[c]), D);
+      State& st = states[ch.q0 + c];
+      bw.rescale[c] = raise_max_of_sum(st, _mm512_mask_reduce_max_ps(mask, s[c]));
+      bw.rescaled |= bw.rescale[c] != 1.0f;
       const __m512 e = _mm512_maskz_mov_ps(mask, exp_nonpositive(_mm512_sub_ps(s[c], _mm512_set1_ps(st.max))));
       st.sum += _mm512_reduce_add_ps(e);
-      _mm512_store_ps(weights[c], e);
+      _mm512_store_ps(bw.w[c], e);
     }
-    add_weighted_values<Lanes, T, kQueries>(kv, ch, cb, weights, states);
+  };
+  BlockWeights<kQueries> bw[kBlocksPerPass];
+  for_each_chunk_pass<T, kQueries>(b, item, queries, [&](const QueryChunk& ch, const ChunkBlock* cbs, int n) {
+    with_query_count<kQueries>(ch.qc, [&](auto qc) {
+      // Blocks per walk over the keys and dimensions per pass over the values: as many as 16 sums
+      // in registers allow.
+      constexpr int QC = qc(), NB = QC <= 4 ? 4 : 2, kValueStep = QC <= 4 ? 4 : 2;
+      for (int g = 0; g < n; g += NB) {
+        const int m = n - g < NB ? n - g : NB;
+        __m512 s[NB][kQueries];
+        with_query_count<NB>(m, [&](auto mc) { group_scores<T, QC, mc()>(kv, transposed(ch), cbs + g, s); });
+        for (int j = 0; j < m; ++j) block_weights(ch, cbs[g + j], s[j], bw[j]);
+        add_weighted_values_of<Lanes, T, QC, kValueStep>(kv, ch, cbs + g, m, bw, states);
+      }
+    });
   });
 }
 
@@ -126,9 +176,9 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states) {
 
 bool avx512_item_supported(const KvLayerView& kv) { return kv.block_size == kBlock && kv.head_dim % 16 == 0; }
 
-void avx512_item(const KernelTable&, const AttentionBatch& b, const WorkItem& item, State* states, float*) {
-  if (b.kv.dtype == KvDType::F32) run<KvDType::F32>(b, item, states);
-  else run<KvDType::BF16>(b, item, states);
+void avx512_item(const KernelTable&, const AttentionBatch& b, const WorkItem& item, State* states, float* scratch) {
+  if (b.kv.dtype == KvDType::F32) run<KvDType::F32>(b, item, states, scratch);
+  else run<KvDType::BF16>(b, item, states, scratch);
 }
 
 }  // namespace tandem::cpu::attention

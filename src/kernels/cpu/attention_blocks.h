@@ -67,9 +67,9 @@ struct ChunkBlock {
   int slot_lo, slot_hi;    // the slots some query of the chunk sees
 };
 
+// next_blk: the block to prefetch while this one is worked on (< 0: none).
 template <KvDType T>
-ChunkBlock chunk_block(const AttentionBatch& b, const WorkItem& item, const QueryChunk& ch, int blk,
-                       bool prefetch_next) {
+ChunkBlock chunk_block(const AttentionBatch& b, const WorkItem& item, const QueryChunk& ch, int blk, int next_blk) {
   const KvSequence& seq = b.sequences[size_t(item.seq)];
   const KvLayerView& kv = b.kv;
   ChunkBlock cb;
@@ -79,8 +79,8 @@ ChunkBlock chunk_block(const AttentionBatch& b, const WorkItem& item, const Quer
   // The next block's keys and values stream into L2 while this one is scored and summed, at the
   // offsets read here (blocks are pages of the cache: a fresh sequence's are one run per KV head,
   // a reused cache's anywhere).
-  cb.prefetch_next = prefetch_next;
-  const int64_t next_phys = cb.prefetch_next ? seq.blocks[blk + 1 - seq.first_logical_block] : phys;
+  cb.prefetch_next = next_blk >= 0;
+  const int64_t next_phys = cb.prefetch_next ? seq.blocks[next_blk - seq.first_logical_block] : phys;
   cb.next_keys = element_address<T>(kv.keys, kv.key_offset(next_phys, item.kv_head, 0, 0));
   cb.next_values = element_address<T>(kv.values, kv.value_offset(next_phys, item.kv_head, 0, 0));
   cb.base = blk * kBlock;
@@ -100,28 +100,62 @@ ChunkBlock chunk_block(const AttentionBatch& b, const WorkItem& item, const Quer
 // grows: a later chunk's rows sit at later positions, so it never starts before an earlier one).
 constexpr int kBlocksPerPass = 4;
 
+// The item's chunks of Q queries that see some key, and the blocks [first_blk, last_blk] any sees.
+template <int Q>
+struct ItemChunks {
+  static constexpr int kMax = (kRowTile * kMaxHeads + Q - 1) / Q;
+  QueryChunk chunks[kMax];
+  int count = 0, first_blk = 0, last_blk = -1;
+
+  ItemChunks(const WorkItem& item, const ItemQueries& queries) {
+    for (int q0 = 0; q0 < queries.count; q0 += Q) {
+      const QueryChunk ch = query_chunk<Q>(item, queries, q0);
+      if (ch.first_blk > ch.last_blk) continue;  // sees no key: its state stays empty
+      first_blk = count == 0 ? ch.first_blk : imin(first_blk, ch.first_blk);
+      last_blk = count == 0 ? ch.last_blk : imax(last_blk, ch.last_blk);
+      chunks[count++] = ch;
+    }
+  }
+};
+
 template <KvDType T, int Q, class Step>
 void for_each_chunk_block(const AttentionBatch& b, const WorkItem& item, const ItemQueries& queries, Step&& step) {
-  constexpr int kMaxChunks = (kRowTile * kMaxHeads + Q - 1) / Q;
-  QueryChunk chunks[kMaxChunks];
-  int n_chunks = 0, first_blk = 0, last_blk = -1;
-  for (int q0 = 0; q0 < queries.count; q0 += Q) {
-    const QueryChunk ch = query_chunk<Q>(item, queries, q0);
-    if (ch.first_blk > ch.last_blk) continue;  // sees no key: its state stays empty
-    first_blk = n_chunks == 0 ? ch.first_blk : imin(first_blk, ch.first_blk);
-    last_blk = n_chunks == 0 ? ch.last_blk : imax(last_blk, ch.last_blk);
-    chunks[n_chunks++] = ch;
-  }
-  int prefetched = first_blk;  // blocks up to this one are on their way
-  for (int p0 = first_blk; p0 <= last_blk; p0 += kBlocksPerPass) {
-    const int p1 = imin(p0 + kBlocksPerPass - 1, last_blk);
-    for (int i = 0; i < n_chunks; ++i) {
-      const int lo = imax(p0, chunks[i].first_blk), hi = imin(p1, chunks[i].last_blk);
+  const ItemChunks<Q> c(item, queries);
+  int prefetched = c.first_blk;  // blocks up to this one are on their way
+  for (int p0 = c.first_blk; p0 <= c.last_blk; p0 += kBlocksPerPass) {
+    const int p1 = imin(p0 + kBlocksPerPass - 1, c.last_blk);
+    for (int i = 0; i < c.count; ++i) {
+      const int lo = imax(p0, c.chunks[i].first_blk), hi = imin(p1, c.chunks[i].last_blk);
       for (int blk = lo; blk <= hi; ++blk) {
-        const bool prefetch_next = blk + 1 > prefetched && blk < last_blk;
+        const bool prefetch_next = blk + 1 > prefetched && blk < c.last_blk;
         if (prefetch_next) prefetched = blk + 1;
-        step(chunks[i], chunk_block<T>(b, item, chunks[i], blk, prefetch_next));
+        step(c.chunks[i], chunk_block<T>(b, item, c.chunks[i], blk, prefetch_next ? blk + 1 : -1));
       }
+    }
+  }
+}
+
+// As for_each_chunk_block, but step(chunk, blocks, n) takes each chunk's blocks of a pass together
+// (n <= kBlocksPerPass, in order), so that a kernel can score several blocks in one walk over the
+// dimensions. Each block prefetches the one a pass later instead of the next: the next ones are
+// the ones being read.
+template <KvDType T, int Q, class Step>
+void for_each_chunk_pass(const AttentionBatch& b, const WorkItem& item, const ItemQueries& queries, Step&& step) {
+  const ItemChunks<Q> c(item, queries);
+  int prefetched = imin(c.first_blk + kBlocksPerPass - 1, c.last_blk);
+  for (int p0 = c.first_blk; p0 <= c.last_blk; p0 += kBlocksPerPass) {
+    const int p1 = imin(p0 + kBlocksPerPass - 1, c.last_blk);
+    for (int i = 0; i < c.count; ++i) {
+      const int lo = imax(p0, c.chunks[i].first_blk), hi = imin(p1, c.chunks[i].last_blk);
+      if (lo > hi) continue;
+      ChunkBlock blocks[kBlocksPerPass];
+      for (int blk = lo; blk <= hi; ++blk) {
+        const int next = blk + kBlocksPerPass;
+        const bool prefetch_next = next > prefetched && next <= c.last_blk;
+        blocks[blk - lo] = chunk_block<T>(b, item, c.chunks[i], blk, prefetch_next ? next : -1);
+      }
+      for (int blk = lo; blk <= hi; ++blk) prefetched = imax(prefetched, imin(blk + kBlocksPerPass, c.last_blk));
+      step(c.chunks[i], blocks, hi - lo + 1);
     }
   }
 }
@@ -139,37 +173,53 @@ inline void visible_slots(const ItemQueries& queries, int q, const ChunkBlock& c
   last = imin(queries.hi[q] - cb.base, kBlock - 1);
 }
 
-// Raises a query's running softmax max to block_max where that is higher, rescaling its sum and
-// value sums to the new max.
-template <class V>
-void raise_max(State& st, float block_max, int head_dim) {
-  if (!(block_max > st.max)) return;  // a NaN max leaves the state as it is
+// Raises a query's running softmax max to block_max where that is higher, rescaling its sum.
+// Returns the factor its value sums take before this block's values are added (1: unchanged).
+inline float raise_max_of_sum(State& st, float block_max) {
+  if (!(block_max > st.max)) return 1.0f;  // a NaN max leaves the state as it is
   const float rescale = std::exp(st.max - block_max);  // 0 on the first visible block
   st.sum *= rescale;
-  scale_values<V>(st.acc, head_dim, rescale);
   st.max = block_max;
+  return rescale;
 }
 
-// states[q0 + c].acc += weights[c][slot] x the slot's value over the chunk's visible slots, for
-// each query c of the chunk: two vectors of kWidth dimensions at a time (one where the head size
-// leaves a single vector), each value vector loaded once for all of them. Two vectors give each
-// query two independent chains of fused multiply-adds over the slots: with one, a decode's four
-// chains waited on the FMA latency and summed at half the FMA rate. Each dimension still adds
-// its slots in order, so the sums are the same. The chunk's query count QC is a template
-// argument: with a run-time count GCC kept the sums on the stack. Only slots some query of the
-// chunk can see: the others may hold another sequence's leftovers (blocks are reused uncleared),
-// and 0 x NaN would still be NaN. kFullRuns: the step's vectors lie in full value runs
-// (KvLayerView), whose slot stride is a constant (with it read from memory, bf16 decode ran ~15%
-// slower).
-template <class V, KvDType T, int QC, int N, bool kFullRuns>
-void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock& cb,
-                            const float (*weights)[kBlock], State* states, int d) {
+// raise_max_of_sum, with the value sums rescaled at once.
+template <class V>
+void raise_max(State& st, float block_max, int head_dim) {
+  const float rescale = raise_max_of_sum(st, block_max);
+  if (rescale != 1.0f) scale_values<V>(st.acc, head_dim, rescale);
+}
+
+// A block's softmax weights for a chunk's (up to Q) queries, and the factor each query's value
+// sums take before they are added (set where `rescaled`; raise_max_of_sum).
+template <int Q>
+struct BlockWeights {
+  alignas(64) float w[Q][kBlock];
+  float rescale[Q];
+  bool rescaled;
+};
+
+// states[q0 + c].acc += w[c][slot] x the slot's value over the chunk's visible slots of each of
+// the n_blocks blocks in turn (each rescaled first where it says so), for each query c of the
+// chunk: N vectors of kWidth dimensions at a time, each value vector loaded once for all of them
+// and the sums kept in registers over the blocks. Several vectors give each query independent
+// chains of fused multiply-adds over the slots: with one, a decode's four chains waited on the
+// FMA latency and summed at half the FMA rate. Each dimension still adds its slots and blocks in
+// order, rescaled where a block raised the max, so the sums are those of one block at a time.
+// The chunk's query count QC is a template argument: with a run-time count GCC kept the sums on
+// the stack. Only slots some query of the chunk can see: the others may hold another sequence's
+// leftovers (blocks are reused uncleared), and 0 x NaN would still be NaN. kFullRuns: the step's
+// vectors lie in full value runs (KvLayerView), whose slot stride is a constant (with it read
+// from memory, bf16 decode ran ~15% slower).
+template <class V, KvDType T, int QC, int N, bool kFullRuns, int Q>
+void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock* cbs, int n_blocks,
+                            const BlockWeights<Q>* bw, State* states, int d) {
   float* acc_of[QC];
   typename V::type acc[QC][N];
 #pragma GCC unroll 8
   for (int c = 0; c < QC; ++c) {
     acc_of[c] = states[ch.q0 + c].acc + d;
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int n = 0; n < N; ++n) acc[c][n] = V::load(acc_of[c] + n * V::kWidth);
   }
   // Vector n of a slot sits at at[n] + slot * width[n] from the block's start: kWidth divides
@@ -177,44 +227,61 @@ void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const C
   constexpr int kRun = KvLayerView::value_run_of(T);
   int64_t at[N];
   int width[N];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
   for (int n = 0; n < N; ++n) {
     at[n] = kv.value_offset(0, 0, 0, d + n * V::kWidth);
     width[n] = kFullRuns ? kRun : kv.value_run_width(d + n * V::kWidth);
   }
-  // Each 64-byte line of the next block once: a step's vectors share one unless a vector is a line.
-  constexpr int kPrefetches = V::kWidth * int(kvsize<T>()) >= 64 ? N : 1;
-  for (int slot = cb.slot_lo; slot <= cb.slot_hi; ++slot) {
-    if (cb.prefetch_next)
-#pragma GCC unroll 2
-      for (int n = 0; n < kPrefetches; ++n)
-        _mm_prefetch(cb.next_values + (at[n] + int64_t(slot) * width[n]) * kvsize<T>(), _MM_HINT_T1);
-    typename V::type v[N];
-#pragma GCC unroll 2
-    for (int n = 0; n < N; ++n)
-      v[n] = V::template load_kv<T>(kv.values, cb.v0 + at[n] + int64_t(slot) * width[n]);
+  // Each 64-byte line of the next block once where vectors are narrower than a line.
+  constexpr int kVectorsPerLine = 64 / (V::kWidth * int(kvsize<T>())) > 1 ? 64 / (V::kWidth * int(kvsize<T>())) : 1;
+  for (int j = 0; j < n_blocks; ++j) {
+    const ChunkBlock& cb = cbs[j];
+    const BlockWeights<Q>& b = bw[j];
+    if (b.rescaled)
 #pragma GCC unroll 8
-    for (int c = 0; c < QC; ++c) {
-      const typename V::type w = V::set1(weights[c][slot]);
-#pragma GCC unroll 2
-      for (int n = 0; n < N; ++n) acc[c][n] = V::fmadd(w, v[n], acc[c][n]);
+      for (int c = 0; c < QC; ++c) {
+        const typename V::type r = V::set1(b.rescale[c]);
+#pragma GCC unroll 4
+        for (int n = 0; n < N; ++n) acc[c][n] = V::mul(acc[c][n], r);
+      }
+    for (int slot = cb.slot_lo; slot <= cb.slot_hi; ++slot) {
+      if (cb.prefetch_next)
+#pragma GCC unroll 4
+        for (int n = 0; n < N; n += kVectorsPerLine)
+          _mm_prefetch(cb.next_values + (at[n] + int64_t(slot) * width[n]) * kvsize<T>(), _MM_HINT_T1);
+      typename V::type v[N];
+#pragma GCC unroll 4
+      for (int n = 0; n < N; ++n)
+        v[n] = V::template load_kv<T>(kv.values, cb.v0 + at[n] + int64_t(slot) * width[n]);
+#pragma GCC unroll 8
+      for (int c = 0; c < QC; ++c) {
+        const typename V::type w = V::set1(b.w[c][slot]);
+#pragma GCC unroll 4
+        for (int n = 0; n < N; ++n) acc[c][n] = V::fmadd(w, v[n], acc[c][n]);
+      }
     }
   }
 #pragma GCC unroll 8
   for (int c = 0; c < QC; ++c)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int n = 0; n < N; ++n) V::store(acc_of[c] + n * V::kWidth, acc[c][n]);
 }
 
-template <class V, KvDType T, int QC>
-void add_weighted_values_of(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock& cb,
-                            const float (*weights)[kBlock], State* states) {
-  constexpr int kStep = 2 * V::kWidth;
+// Over the whole head: kMaxStep vectors of dimensions per pass over the slots where the head size
+// allows (each query keeps that many sums in registers), then 2, then 1.
+template <class V, KvDType T, int QC, int kMaxStep, int Q>
+void add_weighted_values_of(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock* cbs, int n_blocks,
+                            const BlockWeights<Q>* bw, State* states) {
   const int D = kv.head_dim, full_runs = D / KvLayerView::value_run_of(T) * KvLayerView::value_run_of(T);
   int d = 0;
-  for (; d + kStep <= full_runs; d += kStep) add_weighted_values_at<V, T, QC, 2, true>(kv, ch, cb, weights, states, d);
-  for (; d + kStep <= D; d += kStep) add_weighted_values_at<V, T, QC, 2, false>(kv, ch, cb, weights, states, d);
-  if (d < D) add_weighted_values_at<V, T, QC, 1, false>(kv, ch, cb, weights, states, d);
+  if constexpr (kMaxStep > 2)
+    for (; d + kMaxStep * V::kWidth <= full_runs; d += kMaxStep * V::kWidth)
+      add_weighted_values_at<V, T, QC, kMaxStep, true>(kv, ch, cbs, n_blocks, bw, states, d);
+  constexpr int kStep = 2 * V::kWidth;
+  for (; d + kStep <= full_runs; d += kStep)
+    add_weighted_values_at<V, T, QC, 2, true>(kv, ch, cbs, n_blocks, bw, states, d);
+  for (; d + kStep <= D; d += kStep) add_weighted_values_at<V, T, QC, 2, false>(kv, ch, cbs, n_blocks, bw, states, d);
+  if (d < D) add_weighted_values_at<V, T, QC, 1, false>(kv, ch, cbs, n_blocks, bw, states, d);
 }
 
 // Calls f(std::integral_constant<int, qc>{}) for a chunk's query count qc in [1, Q]: the kernels'
@@ -226,11 +293,11 @@ void with_query_count(int qc, F&& f) {
   }(std::make_integer_sequence<int, Q>{});
 }
 
-// For a chunk of up to Q queries.
+// One block for a chunk of up to Q queries, its value sums already rescaled.
 template <class V, KvDType T, int Q>
-void add_weighted_values(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock& cb,
-                         const float (*weights)[kBlock], State* states) {
-  with_query_count<Q>(ch.qc, [&](auto qc) { add_weighted_values_of<V, T, qc()>(kv, ch, cb, weights, states); });
+void add_weighted_values(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock& cb, const BlockWeights<Q>& bw,
+                         State* states) {
+  with_query_count<Q>(ch.qc, [&](auto qc) { add_weighted_values_of<V, T, qc(), 2>(kv, ch, &cb, 1, &bw, states); });
 }
 
 }  // namespace
