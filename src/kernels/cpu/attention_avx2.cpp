@@ -61,6 +61,7 @@ inline __m256 load8<KvDType::BF16>(const void* base, int64_t offset) {
 struct Lanes {
   using type = __m256;
   static constexpr int kWidth = 8;
+  static constexpr bool kBf16Pairs = false;
   static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
   static __m256 set1(float f) { return _mm256_set1_ps(f); }

@@ -67,7 +67,30 @@ struct Lanes {
   static __m512 fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
   template <KvDType T>
   static __m512 load_kv(const void* base, int64_t offset) { return load16<T>(base, offset); }
+  // A run of 32 bf16 values as floats: its even dimensions and its odd ones, from one load by a
+  // shift and a mask (two shuffles and two shifts in element order).
+  static constexpr bool kBf16Pairs = true;
+  static void load_bf16_pair(const void* base, int64_t offset, __m512& even, __m512& odd) {
+    const __m512i v = _mm512_loadu_si512(static_cast<const uint16_t*>(base) + offset);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xffff0000u))));
+  }
 };
+
+// The value sums of a bf16 cache's full runs back in dimension order from the even-then-odd
+// order Lanes::load_bf16_pair leaves them in.
+void bf16_pairs_in_order(const KvLayerView& kv, State* states, int count) {
+  const int full_runs = kv.head_dim / 32 * 32;
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int i = 0; i < count; ++i)
+    for (int d = 0; d < full_runs; d += 32) {
+      float* acc = states[i].acc + d;
+      const __m512 even = _mm512_loadu_ps(acc), odd = _mm512_loadu_ps(acc + 16);
+      _mm512_storeu_ps(acc, _mm512_permutex2var_ps(even, lo, odd));
+      _mm512_storeu_ps(acc + 16, _mm512_permutex2var_ps(even, hi, odd));
+    }
+}
 
 // The scores of a chunk's QC queries against NB blocks' 16 keys each: per dimension, each block's
 // keys loaded once and each query element broadcast once for all of them. Several blocks give the
@@ -170,6 +193,7 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states, float* sc
       }
     });
   });
+  if constexpr (T == KvDType::BF16) bf16_pairs_in_order(kv, states, queries.count);
 }
 
 }  // namespace

@@ -232,6 +232,10 @@ void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const C
     at[n] = kv.value_offset(0, 0, 0, d + n * V::kWidth);
     width[n] = kFullRuns ? kRun : kv.value_run_width(d + n * V::kWidth);
   }
+  // Lanes that read a full bf16 run as its even and odd dimensions (V::kBf16Pairs, load_bf16_pair)
+  // keep the sums in that order too, and put them back in order when the item is done; a step
+  // over full runs starts at a run, so vectors n and n + 1 are a run's two halves.
+  constexpr bool kPairs = V::kBf16Pairs && T == KvDType::BF16 && kFullRuns && N % 2 == 0;
   // Each 64-byte line of the next block once where vectors are narrower than a line.
   constexpr int kVectorsPerLine = 64 / (V::kWidth * int(kvsize<T>())) > 1 ? 64 / (V::kWidth * int(kvsize<T>())) : 1;
   for (int j = 0; j < n_blocks; ++j) {
@@ -250,9 +254,15 @@ void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const C
         for (int n = 0; n < N; n += kVectorsPerLine)
           _mm_prefetch(cb.next_values + (at[n] + int64_t(slot) * width[n]) * kvsize<T>(), _MM_HINT_T1);
       typename V::type v[N];
+      if constexpr (kPairs) {
 #pragma GCC unroll 4
-      for (int n = 0; n < N; ++n)
-        v[n] = V::template load_kv<T>(kv.values, cb.v0 + at[n] + int64_t(slot) * width[n]);
+        for (int n = 0; n < N; n += 2)
+          V::load_bf16_pair(kv.values, cb.v0 + at[n] + int64_t(slot) * width[n], v[n], v[n + 1]);
+      } else {
+#pragma GCC unroll 4
+        for (int n = 0; n < N; ++n)
+          v[n] = V::template load_kv<T>(kv.values, cb.v0 + at[n] + int64_t(slot) * width[n]);
+      }
 #pragma GCC unroll 8
       for (int c = 0; c < QC; ++c) {
         const typename V::type w = V::set1(b.w[c][slot]);
