@@ -154,6 +154,12 @@ TEST(PagedAttention, MatchesPlainSoftmaxOnEveryIsa) {
       // AVX-512 chunks of 8 queries: 8 + 7 and 3 (GQA 3, f32, head 48: two vectors and a tail), 5.
       {16, 48, 1, 3, 0, KvDType::F32, {{5, 20}, {1, 300}}, 2},
       {16, 48, 1, 5, 0, KvDType::BF16, {{1, 200}, {2, 40}}, 1},
+      // AVX-512 passes scored up to 4 blocks at a time with 4 queries (2 with 8), their values
+      // added 64 dimensions at a time (bf16: runs read as even and odd halves), a pass cut short
+      // at the end (26 blocks) and a window starting inside a pass.
+      {16, 128, 2, 4, 0, KvDType::BF16, {{1, 400}, {9, 100}}, 2},
+      {16, 64, 2, 4, 37, KvDType::BF16, {{1, 300}, {12, 250}}, 2},
+      {16, 64, 1, 4, 0, KvDType::F32, {{1, 250}, {3, 60}}, 1},
   };
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512}) {
     if (!isa_supported(isa)) continue;

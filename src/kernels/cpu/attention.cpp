@@ -120,7 +120,7 @@ void paged_attention(ThreadPool& pool, const KernelTable& k, const AttentionBatc
 
   // Scratch: per thread, states for one item plus the kernel's own; per split slot, its states.
   const size_t state_floats = size_t(kRowTile) * max_heads * D;
-  const size_t per_thread = state_floats + size_t(attention::item_scratch_floats(D));
+  const size_t per_thread = state_floats + size_t(attention::item_scratch_floats(D, kRowTile * max_heads));
   const size_t per_split = size_t(max_heads) * (D + 2);
   const size_t needed = per_thread * threads + per_split * n_splits_total;
   if (scratch.size() < needed) scratch.resize(needed);

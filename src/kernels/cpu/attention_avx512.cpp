@@ -1,8 +1,11 @@
 // The AVX-512 attention item kernel for KV blocks of 16 keys. Keys are stored transposed within a
 // block, so one dimension of the block's 16 keys is one register: the scores of a query against a
-// whole block take head_dim FMAs with the query element broadcast, no horizontal sums. The online
-// softmax then runs per block (one max, one rescale), and the values are accumulated 32 dimensions
-// (a 16-dimension tail) at a time for up to 8 queries sharing each loaded value vector.
+// whole block take head_dim FMAs with the query element broadcast, no horizontal sums, and up to
+// four blocks are scored in one walk over the dimensions. The online softmax then runs per block
+// (one max, one rescale), and each pass's values are added with the sums in registers across its
+// blocks, 64 dimensions at a time for up to 4 queries (32 for up to 8) sharing each loaded value
+// vector. Every sum adds in the order of one block at a time, so the results do not depend on
+// how blocks are grouped.
 #include <immintrin.h>
 
 #include <cmath>
@@ -146,19 +149,17 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states, float* sc
   const int D = kv.head_dim;
   ItemQueries queries;
   item_queries(b, item, states, queries);
-  // The chunk whose queries `qt` holds transposed (a decode item has one chunk, so once per item).
+  // Every chunk's queries dimension by dimension, once per item (a prefill item's chunks take
+  // turns on each pass of blocks).
   float* qt = scratch;
-  int qt_chunk = -1;
-  auto transposed = [&](const QueryChunk& ch) {
-    if (qt_chunk != ch.q0) {
-      for (int c = 0; c < ch.qc; ++c)
-        for (int d = 0; d < D; ++d) qt[d * ch.qc + c] = queries.q[ch.q0 + c][d];
-      qt_chunk = ch.q0;
-    }
-    return qt;
-  };
+  for (int q0 = 0; q0 < queries.count; q0 += kQueries) {
+    const int qc = queries.count - q0 < kQueries ? queries.count - q0 : kQueries;
+    for (int c = 0; c < qc; ++c)
+      for (int d = 0; d < D; ++d) qt[int64_t(q0) * D + d * qc + c] = queries.q[q0 + c][d];
+  }
+  auto transposed = [&](const QueryChunk& ch) { return qt + int64_t(ch.q0) * D; };
   // One block's softmax step for the chunk's queries: their weights for its slots, and the
-  // rescales its values wait for (they are added after the whole group's scores).
+  // rescales its values wait for (they are added after the pass's scores).
   auto block_weights = [&](const QueryChunk& ch, const ChunkBlock& cb, const __m512* s, BlockWeights<kQueries>& bw) {
     bw.rescaled = false;
     for (int c = 0; c < ch.qc; ++c) {
@@ -184,13 +185,12 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states, float* sc
       // Blocks per walk over the keys and dimensions per pass over the values: as many as 16 sums
       // in registers allow.
       constexpr int QC = qc(), NB = QC <= 4 ? 4 : 2, kValueStep = QC <= 4 ? 4 : 2;
-      for (int g = 0; g < n; g += NB) {
-        const int m = n - g < NB ? n - g : NB;
-        __m512 s[NB][kQueries];
-        with_query_count<NB>(m, [&](auto mc) { group_scores<T, QC, mc()>(kv, transposed(ch), cbs + g, s); });
-        for (int j = 0; j < m; ++j) block_weights(ch, cbs[g + j], s[j], bw[j]);
-        add_weighted_values_of<Lanes, T, QC, kValueStep>(kv, ch, cbs + g, m, bw, states);
-      }
+      __m512 s[kBlocksPerPass][kQueries];
+      for (int g = 0; g < n; g += NB)
+        with_query_count<NB>(n - g < NB ? n - g : NB,
+                             [&](auto m) { group_scores<T, QC, m()>(kv, transposed(ch), cbs + g, s + g); });
+      for (int j = 0; j < n; ++j) block_weights(ch, cbs[j], s[j], bw[j]);
+      add_weighted_values_of<Lanes, T, QC, kValueStep>(kv, ch, cbs, n, bw, states);
     });
   });
   if constexpr (T == KvDType::BF16) bf16_pairs_in_order(kv, states, queries.count);

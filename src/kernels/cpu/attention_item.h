@@ -44,11 +44,14 @@ void item_queries(const AttentionBatch& b, const WorkItem& item, State* states, 
 // Whether query position p sees key position j.
 inline bool visible(const AttentionBatch& b, int p, int j) { return j <= p && (b.window == 0 || j > p - b.window); }
 
-// Floats of scratch an item kernel may use (per thread): 8 vectors of head_dim and a few per head.
-inline int64_t item_scratch_floats(int head_dim) { return 8 * int64_t(head_dim) + 16 * kMaxHeads; }
+// Floats of scratch an item kernel may use (per thread), for items of up to max_queries queries:
+// a copy of every query and two more vectors of head_dim, and a few floats per head.
+inline int64_t item_scratch_floats(int head_dim, int max_queries) {
+  return (int64_t(max_queries) + 2) * head_dim + 16 * kMaxHeads;
+}
 
 // Fills states[r * n_heads + i] for the item's rows r and heads i (accumulators unnormalized).
-// `scratch` holds at least item_scratch_floats(head_dim) floats.
+// `scratch` holds at least item_scratch_floats(head_dim, the item's queries) floats.
 using ItemKernel = void (*)(const KernelTable& k, const AttentionBatch& b, const WorkItem& item, State* states,
                             float* scratch);
 
