@@ -71,7 +71,7 @@ struct Lanes {
   template <KvDType T>
   static __m512 load_kv(const void* base, int64_t offset) { return load16<T>(base, offset); }
   // A run of 32 bf16 values as floats: its even dimensions and its odd ones, from one load by a
-  // shift and a mask (two shuffles and two shifts in element order).
+  // shift and a mask (in dimension order it takes two widening shuffles and two shifts).
   static constexpr bool kBf16Pairs = true;
   static void load_bf16_pair(const void* base, int64_t offset, __m512& even, __m512& odd) {
     const __m512i v = _mm512_loadu_si512(static_cast<const uint16_t*>(base) + offset);
