@@ -21,7 +21,10 @@ uint64_t read_xcr0() {
 CpuFeatures detect() {
   CpuFeatures f;
   unsigned a, b, c, d;
-  if (__get_cpuid(0, &a, &b, &c, &d)) f.amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    f.amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;    // "AuthenticAMD"
+    f.intel = b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "GenuineIntel"
+  }
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const int base_family = int((a >> 8) & 0xf);
   f.family = base_family == 0xf ? base_family + int((a >> 20) & 0xff) : base_family;

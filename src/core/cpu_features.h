@@ -20,6 +20,7 @@ struct CpuFeatures {
   // Who made the CPU and its display family (cpuid leaf 1, extended family added): AMD Zen 4 is
   // 0x19, Zen 5 0x1a. Kernels tune a few choices by it where cores measured differently.
   bool amd = false;
+  bool intel = false;
   int family = 0;
 };
 

@@ -12,7 +12,13 @@
 // bf16 ~4%); bf16 batches gained another 3-4% from prefetching 8 KB ahead in their stream rather
 // than the next group (20-80 KB ahead), where q8/q4 did not. One-token VNNI tiles on Zen 5 also
 // read two row-group streams side by side, each 4 KB ahead (matmul_avx512_vnni_interleaved.cpp).
-// Only where measured: other CPUs keep the Zen 4 choices.
+// On an Intel Xeon with AMX (session 41, a KVM guest of family 6) one-token VNNI decode without
+// prefetches also read only ~0.7 of the probe, and the two prefetched streams took E4B decode to
+// 0.80-0.87 (q4 9.0-9.4 -> 10.1-11.2 tok/s, q8 4.8 -> 5.7-6.0); 3 or 4 streams, 4 or 16 KB ahead,
+// or prefetches into L2 measured the same. Its batches lost 10-15% with their prefetches in L1
+// (E4B batches of 8: q8 30 -> 27, q4 46 -> 41, bf16 12.5 -> 11.3 tok/s) and bf16 batches gained
+// nothing from prefetching in their stream, so Intel keeps those two Zen 4 choices. Every Intel CPU
+// takes this tuning though only that one was measured; other CPUs keep the Zen 4 choices.
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -33,7 +39,9 @@ inline const PrefetchTuning& prefetch_tuning() {
   static const PrefetchTuning tuning = [] {
     const CpuFeatures& f = cpu_features();
     const bool zen5_or_later = f.amd && f.family >= 0x1a;
-    return zen5_or_later ? PrefetchTuning{8192, true, 8192, true} : PrefetchTuning{};
+    if (zen5_or_later) return PrefetchTuning{8192, true, 8192, true};
+    if (f.intel) return PrefetchTuning{8192, false, 0, true};
+    return PrefetchTuning{};
   }();
   return tuning;
 }
