@@ -1,6 +1,8 @@
 #include "core/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +18,13 @@ uint64_t read_xcr0() {
   uint32_t eax, edx;
   __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
   return (uint64_t(edx) << 32) | eax;
+}
+
+// Linux hands a process the 8 KB tile state only once asked (ARCH_REQ_XCOMP_PERM for feature 18,
+// XTILEDATA); without it the first tile instruction faults. The grant covers every thread.
+bool request_tile_state() {
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
 CpuFeatures detect() {
@@ -40,6 +49,7 @@ CpuFeatures detect() {
   if (__get_cpuid_max(0, nullptr) < 7) return f;
   __cpuid_count(7, 0, a, b, c, d);
   f.avx2 = b & (1u << 5);
+  const bool amx_tile = d & (1u << 24), amx_bf16 = d & (1u << 22);
   if (os_zmm) {
     f.avx512f = b & (1u << 16);
     f.avx512dq = b & (1u << 17);
@@ -50,6 +60,8 @@ CpuFeatures detect() {
   __cpuid_count(7, 1, a, b, c, d);
   f.avx_vnni = a & (1u << 4);
   if (os_zmm) f.avx512_bf16 = a & (1u << 5);
+  const bool os_tiles = (xcr0 & 0x60000) == 0x60000;  // XTILECFG and XTILEDATA
+  f.amx_bf16 = os_zmm && os_tiles && amx_tile && amx_bf16 && request_tile_state();
   return f;
 }
 
@@ -61,6 +73,7 @@ Isa isa_from_env(Isa fallback) {
   if (v == "avx2") return Isa::Avx2;
   if (v == "avx2vnni") return Isa::Avx2Vnni;
   if (v == "avx512") return Isa::Avx512;
+  if (v == "avx512amx") return Isa::Avx512Amx;
   return fallback;
 }
 
@@ -82,6 +95,7 @@ bool isa_supported(Isa isa) {
     case Isa::Avx2: return avx2;
     case Isa::Avx2Vnni: return avx2 && f.avx_vnni;
     case Isa::Avx512: return avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+    case Isa::Avx512Amx: return isa_supported(Isa::Avx512) && f.amx_bf16;
   }
   return false;
 }
@@ -97,15 +111,15 @@ Isa highest_supported(Isa cap) {
 
 }  // namespace
 
-Isa best_supported_isa() { return highest_supported(Isa::Avx512); }
+Isa best_supported_isa() { return highest_supported(Isa::Avx512Amx); }
 
 Isa active_isa() {
   int cap = g_cap.load(std::memory_order_relaxed);
   if (cap < 0) {
-    cap = int(isa_from_env(Isa::Avx512));
+    cap = int(isa_from_env(Isa::Avx512Amx));
     g_cap.store(cap, std::memory_order_relaxed);
   }
-  return highest_supported(Isa(std::clamp(cap, int(Isa::Scalar), int(Isa::Avx512))));
+  return highest_supported(Isa(std::clamp(cap, int(Isa::Scalar), int(Isa::Avx512Amx))));
 }
 
 void set_isa_cap(Isa cap) { g_cap.store(int(cap), std::memory_order_relaxed); }
@@ -116,6 +130,7 @@ std::string_view isa_name(Isa isa) {
     case Isa::Avx2: return "avx2";
     case Isa::Avx2Vnni: return "avx2vnni";
     case Isa::Avx512: return "avx512";
+    case Isa::Avx512Amx: return "avx512amx";
   }
   return "?";
 }

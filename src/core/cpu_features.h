@@ -1,6 +1,6 @@
 #pragma once
 // Which SIMD instruction sets this CPU (and OS) supports, read with cpuid/xgetbv at run time.
-// Kernels pick their implementation from `active_isa()`; TANDEM_ISA=scalar|avx2|avx2vnni|avx512
+// Kernels pick their implementation from `active_isa()`; TANDEM_ISA=scalar|avx2|avx2vnni|avx512|avx512amx
 // caps it (for tests and for comparing paths), never raising it above what the CPU has.
 #include <string_view>
 
@@ -17,6 +17,9 @@ struct CpuFeatures {
   bool avx512_bf16 = false;
   bool avx512_vnni = false;
   bool avx_vnni = false;
+  // AMX tiles with bf16 dot products, and this process allowed to use them (Linux grants the tile
+  // state on request, arch_prctl ARCH_REQ_XCOMP_PERM; detection asks once).
+  bool amx_bf16 = false;
   // Who made the CPU and its display family (cpuid leaf 1, extended family added): AMD Zen 4 is
   // 0x19, Zen 5 0x1a. Kernels tune a few choices by it where cores measured differently.
   bool amd = false;
@@ -28,7 +31,10 @@ struct CpuFeatures {
 // E-core Xeons, and Zen 5): the AVX2 table with quantized kernels that multiply bytes in one
 // instruction. A CPU may have AVX-512 without it (Zen 4, Skylake-X), so it is not implied by a
 // higher level: isa_supported() says whether this CPU runs a level.
-enum class Isa { Scalar = 0, Avx2 = 1, Avx2Vnni = 2, Avx512 = 3 };
+//
+// Avx512Amx is AVX-512 with AMX tiles (Intel Xeon since Sapphire Rapids): the AVX-512 table with
+// BF16 weights multiplied on the tiles for batches of tokens (kernels/cpu/matmul_amx_bf16.cpp).
+enum class Isa { Scalar = 0, Avx2 = 1, Avx2Vnni = 2, Avx512 = 3, Avx512Amx = 4 };
 
 const CpuFeatures& cpu_features();
 Isa best_supported_isa();             // what this CPU can run

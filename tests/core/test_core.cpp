@@ -183,7 +183,7 @@ TEST(CpuFeatures, CapLowersButNeverRaisesTheIsa) {
   const Isa best = best_supported_isa();
   set_isa_cap(Isa::Scalar);
   EXPECT_EQ(active_isa(), Isa::Scalar);
-  set_isa_cap(Isa::Avx512);
+  set_isa_cap(Isa::Avx512Amx);
   EXPECT_EQ(active_isa(), best);
   if (best != Isa::Scalar) {
     EXPECT_TRUE(cpu_features().avx2);
@@ -204,8 +204,22 @@ TEST(CpuFeatures, Avx2VnniOnlyWhereTheCpuHasIt) {
   if (avx2) {
     EXPECT_EQ(active_isa(), Isa::Avx2);
   }
-  set_isa_cap(Isa::Avx512);
+  set_isa_cap(Isa::Avx512Amx);
   EXPECT_EQ(isa_name(Isa::Avx2Vnni), "avx2vnni");
+}
+
+// AMX is a level above AVX-512: a cap at it gives it only where the CPU has the tiles (and this
+// process was granted their state), plain AVX-512 (or lower) otherwise.
+TEST(CpuFeatures, AmxOnlyWhereTheCpuHasIt) {
+  EXPECT_EQ(isa_supported(Isa::Avx512Amx), isa_supported(Isa::Avx512) && cpu_features().amx_bf16);
+  set_isa_cap(Isa::Avx512Amx);
+  if (isa_supported(Isa::Avx512)) {
+    EXPECT_EQ(active_isa(), cpu_features().amx_bf16 ? Isa::Avx512Amx : Isa::Avx512);
+  }
+  set_isa_cap(Isa::Avx512);
+  EXPECT_NE(active_isa(), Isa::Avx512Amx);
+  set_isa_cap(Isa::Avx512Amx);
+  EXPECT_EQ(isa_name(Isa::Avx512Amx), "avx512amx");
 }
 
 // The kernel tuning by CPU family reads cpuid; the kernel's /proc/cpuinfo decodes the same leaf.

@@ -102,6 +102,6 @@ inline Expected expected_dot(const std::vector<float>& w_row, const float* x, in
   return {sum, 1e-5 * magnitude + (quantized ? 1.001 * quant_error + 1e-6 * magnitude : 0.0) + 1e-30};
 }
 
-inline std::vector<Isa> all_isas() { return {Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512}; }
+inline std::vector<Isa> all_isas() { return {Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512, Isa::Avx512Amx}; }
 
 }  // namespace tandem::test

@@ -161,7 +161,7 @@ TEST(PagedAttention, MatchesPlainSoftmaxOnEveryIsa) {
       {16, 64, 2, 4, 37, KvDType::BF16, {{1, 300}, {12, 250}}, 2},
       {16, 64, 1, 4, 0, KvDType::F32, {{1, 250}, {3, 60}}, 1},
   };
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512}) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512, Isa::Avx512Amx}) {
     if (!isa_supported(isa)) continue;
     for (size_t i = 0; i < cases.size(); ++i)
       for (bool head_major : {false, true}) {

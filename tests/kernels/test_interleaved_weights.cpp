@@ -252,6 +252,10 @@ TEST_P(InterleavedMatmul, PrefillBlocking) {
 // (70 rows: two passes through matmul_rows' 23-69): the reference's values for every token, and on
 // any table exactly what each token gets when it is multiplied alone, since a dot product adds its
 // chunks (Q8/Q4) or vectors (BF16/F16) in the same order for any token count.
+// A token's result in a batch does not depend on the batch: it is bit for bit the one it gets in a
+// batch of two with another token, and the one it gets alone where one token takes the batches'
+// kernel. The AMX table multiplies BF16 batches on tiles and one token with FMAs (faster from
+// DRAM), so there one token alone differs in the last bits (each within check()'s tolerance).
 TEST_P(InterleavedMatmul, BatchedDecodeGivesEachTokenItsOwnResult) {
   if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
   const cpu::KernelTable& k = cpu::kernels_for(GetParam());
@@ -261,20 +265,62 @@ TEST_P(InterleavedMatmul, BatchedDecodeGivesEachTokenItsOwnResult) {
   for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::BF16, WeightFormat::F16})
     for (int64_t rows : {6, 37, 70}) {
       const OwnedMatrix m = interleaved_copy(random_matrix(f, rows, kCols, false, rng));
-      for (int64_t n : {2, 5, 8, 15}) {
+      const bool tiles_for_batches_only = k.isa == Isa::Avx512Amx && f == WeightFormat::BF16;
+      for (int64_t n : {2, 5, 8, 11, 15}) {
         const std::string what = std::string(weight_format_name(f)) + " " + std::to_string(rows) + " rows n=" +
                                  std::to_string(n);
         check(k, pool, m.view, n, rng, what);
         const std::vector<float> x = random_vector(size_t(n * kCols), rng);
-        std::vector<float> batched(size_t(n * rows)), alone(static_cast<size_t>(rows));
+        std::vector<float> batched(size_t(n * rows)), pair_x(size_t(2 * kCols)), paired(size_t(2 * rows)),
+            alone(static_cast<size_t>(rows));
         cpu::matmul(pool, k, m.view, x.data(), kCols, n, batched.data(), rows);
         for (int64_t i = 0; i < n; ++i) {
+          // Token i second, after the token that follows it in the batch.
+          std::copy_n(x.begin() + ((i + 1) % n) * kCols, kCols, pair_x.begin());
+          std::copy_n(x.begin() + i * kCols, kCols, pair_x.begin() + kCols);
+          cpu::matmul(pool, k, m.view, pair_x.data(), kCols, 2, paired.data(), rows);
           cpu::matmul(pool, k, m.view, x.data() + i * kCols, kCols, 1, alone.data(), rows);
-          for (int64_t r = 0; r < rows; ++r)
-            ASSERT_EQ(batched[size_t(i * rows + r)], alone[size_t(r)]) << what << ": token " << i << " row " << r;
+          for (int64_t r = 0; r < rows; ++r) {
+            ASSERT_EQ(batched[size_t(i * rows + r)], paired[size_t(rows + r)]) << what << ": token " << i << " row " << r;
+            if (!tiles_for_batches_only) {
+              ASSERT_EQ(batched[size_t(i * rows + r)], alone[size_t(r)]) << what << ": token " << i << " row " << r;
+            }
+          }
         }
       }
     }
+}
+
+// Every float32 bit of the activations counts, on every path: with one power-of-two weight per
+// row, each product and so each result is exact, and must come back bit for bit. (The AMX table
+// splits activations into three bf16 parts for its tiles; two parts would lose the last 8 bits,
+// yet stay within check()'s tolerance.)
+TEST_P(InterleavedMatmul, BF16MultipliesEveryBitOfTheActivations) {
+  if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
+  const cpu::KernelTable& k = cpu::kernels_for(GetParam());
+  ThreadPool pool(2);
+  std::mt19937 rng(15);
+  constexpr int64_t kRows = 37, kCols = 4608;
+  OwnedMatrix plain = random_matrix(WeightFormat::BF16, kRows, kCols, false, rng);
+  std::fill(plain.data.begin(), plain.data.end(), uint8_t(0));
+  auto column_of = [](int64_t r) { return (r * 131 + 7) % kCols; };
+  auto weight_of = [](int64_t r) { return std::ldexp(1.0f, int(r % 5) - 2); };
+  for (int64_t r = 0; r < kRows; ++r) {
+    const uint16_t h = f32_to_bf16(weight_of(r));
+    std::memcpy(plain.data.data() + r * plain.view.row_stride + 2 * column_of(r), &h, 2);
+  }
+  const OwnedMatrix m = interleaved_copy(plain);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  for (int64_t n : {1, 2, 5, 8, 11, 15, 16}) {
+    std::vector<float> x(size_t(n * kCols)), y(size_t(n * kRows));
+    for (float& v : x) v = std::ldexp(mantissa(rng), exponent(rng));
+    cpu::matmul(pool, k, m.view, x.data(), kCols, n, y.data(), kRows);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t r = 0; r < kRows; ++r)
+        ASSERT_EQ(y[size_t(i * kRows + r)], weight_of(r) * x[size_t(i * kCols + column_of(r))])
+            << isa_name(GetParam()) << " n=" << n << " token " << i << " row " << r;
+  }
 }
 
 // One token over BF16/F16 row groups reads runs from several places of a pass side by side
@@ -291,7 +337,7 @@ TEST_P(InterleavedMatmul, OneTokenStreamsGiveEveryRowItsOwnSum) {
       for (int64_t rows : {203, 64, 6, 130}) ms.push_back(interleaved_copy(random_matrix(f, rows, cols, false, rng)));
       const std::string what = std::string(isa_name(GetParam())) + " " + std::string(weight_format_name(f)) + " cols " +
                                std::to_string(cols);
-      if (GetParam() == Isa::Avx512) {
+      if (GetParam() >= Isa::Avx512) {
         EXPECT_TRUE(k.reads_in_streams(ms[0].view)) << what;
       }
       const std::vector<float> x = random_vector(size_t(cols), rng);

@@ -60,7 +60,7 @@ class FastForward : public ::testing::TestWithParam<std::string> {
   std::string checkpoint_dir() const {
     return test::checkpoint_for(GetParam());
   }
-  void TearDown() override { set_isa_cap(Isa::Avx512); }
+  void TearDown() override { set_isa_cap(Isa::Avx512Amx); }
 };
 
 TEST_P(FastForward, MatchesReferenceOnEveryIsa) {
@@ -69,7 +69,7 @@ TEST_P(FastForward, MatchesReferenceOnEveryIsa) {
   ReferenceModel reference(ckpt->config, ckpt->weights);
   const auto expected = reference.forward(ids, true);
   const auto expected_greedy = greedy(reference, ids, 30);
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512}) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512, Isa::Avx512Amx}) {
     if (!isa_supported(isa)) {
       GTEST_LOG_(INFO) << "skipping " << isa_name(isa) << ": not supported by this CPU";
       continue;

@@ -60,7 +60,7 @@ void prefetch_first_block(const AttentionBatch& b, const WorkItem& item) {
 
 // The widest item kernel this table's CPU runs for the cache's layout.
 attention::ItemKernel item_kernel(const KernelTable& k, const KvLayerView& kv) {
-  if (k.isa == Isa::Avx512 && attention::avx512_item_supported(kv)) return attention::avx512_item;
+  if (k.isa >= Isa::Avx512 && attention::avx512_item_supported(kv)) return attention::avx512_item;
   if (k.isa != Isa::Scalar && attention::avx2_item_supported(kv)) return attention::avx2_item;
   return attention::generic_item;
 }

@@ -63,6 +63,7 @@ thread_local ScratchBuffer t_matmul_scratch;  // matmul(), read by every thread 
 
 const KernelTable& kernels_for(Isa isa) {
   switch (isa) {
+    case Isa::Avx512Amx: return isa_supported(isa) ? avx512amx_kernels() : avx512_kernels();
     case Isa::Avx512: return avx512_kernels();
     case Isa::Avx2Vnni: return isa_supported(isa) ? avx2vnni_kernels() : avx2_kernels();
     case Isa::Avx2: return avx2_kernels();
@@ -104,8 +105,7 @@ namespace {
 // Whether x quantized for a's kernels is also what b's kernels read.
 bool same_activations(const KernelTable& k, const WeightMatrix& a, const WeightMatrix& b, int64_t n) {
   if (a.format != b.format || a.cols != b.cols || a.layout != b.layout) return false;
-  return !is_quantized(a.format) || !k.quantize_activations ||
-         k.quantized_activation_stride(a, n) == k.quantized_activation_stride(b, n);
+  return !k.prepares_activations(a, n) || k.quantized_activation_stride(a, n) == k.quantized_activation_stride(b, n);
 }
 
 }  // namespace
@@ -134,7 +134,7 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
   const KernelTable& k = table.reads_layout(w0) ? table : scalar_kernels();
   const bool parallel = pool.size() > 1 && work >= kMinParallelWork && units > 1;
 
-  const bool quantized = is_quantized(w0.format) && k.quantize_activations;
+  const bool quantized = k.prepares_activations(w0, n);
   const int64_t stride = quantized ? k.quantized_activation_stride(w0, n) : 0;
   uint8_t* xq = quantized ? t_matmul_scratch.get(size_t(stride * n)) : nullptr;
   if (quantized && parallel && n >= kMinParallelQuantize) {

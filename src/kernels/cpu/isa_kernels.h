@@ -29,6 +29,16 @@ void avx512_matvec_streams_float(std::span<const RowRun> runs, const float* x);
 void avx2_matmul_rows_float(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride,
                             int64_t n, float* y, int64_t y_stride);
 
+// Interleaved BF16 weights on AMX tiles for 2-16 tokens (matmul_amx_bf16.cpp), in the two steps
+// of the quantized kernels: the activations split into bf16 parts, packed for the tiles, then
+// the matmul over them. Only when cpu_features().amx_bf16.
+bool amx_bf16_multiplies(const WeightMatrix& w, int64_t n);
+int64_t amx_bf16_activation_stride(const WeightMatrix& w, int64_t n);
+void amx_bf16_prepare_activations(const WeightMatrix& w, int64_t n, const float* x, int64_t x_stride, int64_t first,
+                                  int64_t count, uint8_t* out, int64_t out_stride);
+void amx_bf16_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xp, int64_t xp_stride, int64_t n,
+                     float* y, int64_t y_stride);
+
 // Quantized weights with AVX-512 VNNI (vpdpbusd); only when cpu_features().avx512_vnni.
 int64_t avx512vnni_activation_stride(const WeightMatrix& w, int64_t n);
 void avx512vnni_quantize_activations(const WeightMatrix& w, int64_t n, const float* x, int64_t x_stride, int64_t first,

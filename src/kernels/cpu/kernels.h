@@ -73,6 +73,16 @@ struct KernelTable {
   // tiles prefetch their stream in software instead; streams measured no faster there.)
   void (*matvec_streams)(std::span<const RowRun> runs, const float* x) = nullptr;
 
+  // Float weights this table also takes through the two steps above (its "quantized" activations
+  // are then a packed float form), per matrix and token count; nullptr: none. The AMX table
+  // packs activations for its BF16 tiles this way, once per matmul and not once per thread.
+  bool (*prepares_float)(const WeightMatrix& w, int64_t n) = nullptr;
+
+  // Whether matmul() runs w through quantize_activations and matmul_rows_quantized.
+  bool prepares_activations(const WeightMatrix& w, int64_t n) const {
+    return quantize_activations && (is_quantized(w.format) || (prepares_float && prepares_float(w, n)));
+  }
+
   bool reads_in_streams(const WeightMatrix& w) const {
     return matvec_streams && w.layout == WeightLayout::Interleaved &&
            (w.format == WeightFormat::BF16 || w.format == WeightFormat::F16);
@@ -91,6 +101,7 @@ const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();      // only call when the CPU has AVX2+FMA+F16C
 const KernelTable& avx2vnni_kernels();  // ... and AVX-VNNI
 const KernelTable& avx512_kernels();    // only call when the CPU has AVX-512 F/BW/VL/DQ
+const KernelTable& avx512amx_kernels();  // ... and AMX-BF16 (cpu_features().amx_bf16)
 const KernelTable& kernels_for(Isa isa);
 const KernelTable& active_kernels();  // kernels_for(active_isa())
 

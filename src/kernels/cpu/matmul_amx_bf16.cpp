@@ -1,0 +1,313 @@
+// AMX matmul for BF16 weights in row groups (WeightLayout::Interleaved), for batches of 2-16
+// tokens. The AVX-512 FMA tiles run batches of 8 at ~0.85 FMA per cycle while streaming, so a
+// batch of 8 sat at 3-4x one token's speed; one tile dot product (tdpbf16ps) does up to 8192
+// multiply-adds.
+//
+// Exactness. The tiles multiply bf16 by bf16, and the activations are float32, so each activation
+// is split into three bf16 parts, x = hi + mid + lo, each the top 16 bits of what the parts
+// before it left (truncation: every remainder is exact in float32, and 3 x 8 significant bits
+// hold all 24 of a float's). The products of bf16 weights and bf16 parts are exact in float32, so
+// the results are float32 sums of exact products, as the FMA kernels' are: only the order (and
+// that three products stand for one) differs, and the tiles flush denormal parts to zero, below
+// 1e-38. One bf16 part would lose 16 bits of every activation.
+//
+// Shapes. A weight row group (4 rows) of one 32-column chunk is 256 contiguous bytes, so a 4-row
+// tile loads it straight from the resident weights (stride 64), with no packing. The activations
+// are packed once per matmul (matmul() does it before its pass over the threads) into the tiles'
+// pair layout: per chunk, T tiles of 16 rows (column pairs) by 16 columns. Up to 10 tokens, the
+// columns are the three parts of every token side by side (column p * n + t: part p of token t),
+// so T = ceil(3n / 16) and each tile has a result tile of its own; from 11 tokens on, tile p
+// holds part p of every token (T = 3) and all three add into one result tile.
+//
+// Speed (a Xeon with AMX, one core): a 4-row tdpbf16ps takes ~4.3 ns when its activation tile
+// differs from the previous product's and ~2.7 ns when two row groups take turns on one
+// activation tile, whatever the token count, and loading 16-row activation tiles from L2 bounded
+// the first version at 12 GB/s of weights. So two row groups go side by side, each activation tile
+// serves both, and the weights go through in blocks of chunks whose activation tiles stay in L1.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "kernels/cpu/isa_kernels.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,amx-tile,amx-bf16")
+// GCC 12 flags the intrinsic headers' own _mm512_undefined_*() placeholders as uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace tandem::cpu::detail {
+
+namespace {
+
+constexpr int kParts = 3;           // hi, mid, lo
+constexpr int64_t kChunkCols = 32;  // one 64-byte vector of bf16: a row group's chunk in the layout
+constexpr int64_t kPairRows = kChunkCols / 2;
+constexpr int64_t kTileCols = 16;
+constexpr int64_t kTileBytes = kPairRows * 4 * kTileCols;
+constexpr int64_t kMaxTokens = 16;
+// Row segments side by side, for up to 10 tokens (T <= 2); one for more (T = 3: 3 result tiles,
+// 1 weight tile, 3 activation tiles).
+constexpr int kGroups = 2;
+// Activation tiles a block of chunks keeps in L1 (T KB per chunk).
+constexpr int64_t kBlockBytes = 24 << 10;
+// Segments whose products wait for the blocks of a row together (their sums between blocks stay
+// in L1).
+constexpr int kMaxSegments = 8;
+
+// Tile register numbers are part of the instruction, so these take them as template arguments.
+template <int Tile>
+void tile_load(const void* base, int64_t stride) {
+  __asm__ volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(stride), "i"(Tile) : "memory");
+}
+template <int Tile>
+void tile_store(void* base, int64_t stride) {
+  __asm__ volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(base), "r"(stride), "i"(Tile) : "memory");
+}
+template <int Tile>
+void tile_zero() {
+  __asm__ volatile("tilezero %%tmm%c0" ::"i"(Tile));
+}
+template <int Sums, int Weights, int Activations>
+void tile_dot() {
+  __asm__ volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(Sums), "i"(Weights), "i"(Activations));
+}
+template <int N, class F>
+void for_each(F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) { (f.template operator()<I>(), ...); }(std::make_integer_sequence<int, N>{});
+}
+
+// How n tokens' activation parts sit in a chunk's T tiles: part p of token t in column p * n + t
+// (tile = column / 16).
+struct PartLayout {
+  int64_t n, tiles;
+  explicit PartLayout(int64_t tokens) : n(tokens), tiles((kParts * tokens + kTileCols - 1) / kTileCols) {}
+  int64_t column(int p, int64_t t) const { return p * n + t; }
+};
+
+// Result tiles: one per group and activation tile; weight tiles follow, then activation tiles.
+// A single segment takes the first group's tiles.
+template <int T>
+struct Tiles {
+  static constexpr int kGroupsSideBySide = T <= 2 ? kGroups : 1;
+  static constexpr int kSums = kGroupsSideBySide * T;
+  static constexpr int kWeights = kSums;
+  static constexpr int kActivations = kSums + kGroupsSideBySide;
+  static_assert(kActivations + T <= 8, "8 tile registers");
+  static constexpr int sums(int g, int k) { return g * T + k; }
+};
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles below `activations` have the segment's rows; from there on 16 pair rows. All rows are 64
+// bytes: 16 floats of sums, 32 bf16 weights, 16 columns of pairs.
+TileConfig make_config(int64_t rows, int activations) {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.rows[t] = uint8_t(t < activations ? rows : kPairRows);
+    c.colsb[t] = 64;
+  }
+  return c;
+}
+
+const TileConfig& tile_config(int64_t rows, int activations) {
+  static const TileConfig configs[8][4] = {
+#define TANDEM_CONFIGS(a) {make_config(1, a), make_config(2, a), make_config(3, a), make_config(4, a)}
+      TANDEM_CONFIGS(0), TANDEM_CONFIGS(1), TANDEM_CONFIGS(2), TANDEM_CONFIGS(3),
+      TANDEM_CONFIGS(4), TANDEM_CONFIGS(5), TANDEM_CONFIGS(6), TANDEM_CONFIGS(7)};
+#undef TANDEM_CONFIGS
+  return configs[activations][rows - 1];
+}
+
+// A row segment: rows of one row group (a range may start or end inside a group), chunk c of its
+// rows at w + c * step.
+struct Segment {
+  int64_t row, rows;
+  const uint8_t* w;
+  int64_t step;
+};
+
+// Where the products of G segments over chunks [c0, c1) go. The G streams at `ahead` (ahead_stride
+// bytes apart, ahead_step bytes a chunk: what the pass reads after this block) are prefetched as
+// the block is read.
+struct Block {
+  int64_t c0, c1;
+  const uint8_t* ahead;
+  int64_t ahead_stride, ahead_step;
+};
+
+template <int G, int T>
+void add_products(const Segment* s, const Block& b, const uint8_t* xp) {
+  using Tl = Tiles<T>;
+  for (int64_t c = b.c0; c < b.c1; ++c) {
+    const uint8_t* tiles = xp + c * T * kTileBytes;
+    for (int g = 0; g < G; ++g)
+      for (int64_t line = 0; line < b.ahead_step; line += 64)
+        _mm_prefetch((const char*)b.ahead + g * b.ahead_stride + (c - b.c0) * b.ahead_step + line, _MM_HINT_T0);
+    for_each<T>([&]<int K>() { tile_load<Tl::kActivations + K>(tiles + K * kTileBytes, 64); });
+    for_each<G>([&]<int Gi>() { tile_load<Tl::kWeights + Gi>(s[Gi].w + c * s[Gi].step, 64); });
+    // Each activation tile serves every group before the next one comes.
+    for_each<T>([&]<int K>() {
+      for_each<G>([&]<int Gi>() { tile_dot<Tl::sums(Gi, K), Tl::kWeights + Gi, Tl::kActivations + K>(); });
+    });
+  }
+}
+
+// G segments' sums (the result tiles of each, 16 floats a row) to or from memory, or cleared.
+template <int G, int T>
+void load_sums(float (*sums)[kParts][kInterleaveRows * kTileCols], bool clear) {
+  using Tl = Tiles<T>;
+  for_each<G>([&]<int Gi>() {
+    for_each<T>([&]<int K>() {
+      if (clear) tile_zero<Tl::sums(Gi, K)>();
+      else tile_load<Tl::sums(Gi, K)>(sums[Gi][K], 64);
+    });
+  });
+}
+template <int G, int T>
+void store_sums(float (*sums)[kParts][kInterleaveRows * kTileCols]) {
+  using Tl = Tiles<T>;
+  for_each<G>([&]<int Gi>() {
+    for_each<T>([&]<int K>() { tile_store<Tl::sums(Gi, K)>(sums[Gi][K], 64); });
+  });
+}
+
+// G segments over one block of chunks, their sums from and back to memory (cleared on the first).
+template <int G, int T>
+void multiply_block(const Segment* s, const Block& b, const uint8_t* xp,
+                    float (*sums)[kParts][kInterleaveRows * kTileCols]) {
+  load_sums<G, T>(sums, b.c0 == 0);
+  add_products<G, T>(s, b, xp);
+  store_sums<G, T>(sums);
+}
+
+// One pass of up to kMaxSegments segments over every chunk, block by block, G at a time.
+template <int T>
+void segments_pass(const Segment* segments, int count, int64_t chunks, const uint8_t* xp,
+                   float (*sums)[kParts][kInterleaveRows * kTileCols], int64_t& configured) {
+  constexpr int kActivations = Tiles<T>::kActivations;
+  const int64_t block_chunks = std::max<int64_t>(1, kBlockBytes / (T * kTileBytes));
+  for (int64_t c0 = 0; c0 < chunks; c0 += block_chunks) {
+    const int64_t c1 = std::min(chunks, c0 + block_chunks);
+    for (int i = 0; i < count;) {
+      // Two segments side by side when they are whole groups that follow each other.
+      const bool pair = Tiles<T>::kGroupsSideBySide == 2 && i + 1 < count &&
+                        segments[i].rows == kInterleaveRows && segments[i + 1].rows == kInterleaveRows;
+      const int g = pair ? 2 : 1;
+      const int64_t key = segments[i].rows * 8 + kActivations;
+      if (key != configured) _tile_loadconfig(&tile_config(segments[i].rows, kActivations));
+      configured = key;
+      // What comes next: the next segments' block, or the first segments' next block.
+      const Segment& next = i + g < count ? segments[i + g] : segments[0];
+      const Block b{c0, c1, next.w + (i + g < count ? c0 : std::min(c1, chunks - 1)) * next.step,
+                    next.step * chunks, next.step};
+      if constexpr (Tiles<T>::kGroupsSideBySide == 2) {
+        if (pair) multiply_block<2, T>(segments + i, b, xp, sums + i);
+        else multiply_block<1, T>(segments + i, b, xp, sums + i);
+      } else {
+        multiply_block<1, T>(segments + i, b, xp, sums + i);
+      }
+      i += g;
+    }
+  }
+}
+
+// A segment's sums into y's columns row0.. for n tokens, the parts added hi + mid, then + lo.
+void store_results(const float (&sums)[kParts][kInterleaveRows * kTileCols], const PartLayout& layout,
+                   int64_t rows, int64_t row0, int64_t n, float* y, int64_t y_stride) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      float part[kParts];
+      for (int p = 0; p < kParts; ++p) {
+        const int64_t j = layout.column(p, t);
+        part[p] = sums[j / kTileCols][r * kTileCols + j % kTileCols];
+      }
+      y[t * y_stride + row0 + r] = (part[0] + part[1]) + part[2];
+    }
+}
+
+}  // namespace
+
+bool amx_bf16_multiplies(const WeightMatrix& w, int64_t n) {
+  return w.format == WeightFormat::BF16 && w.layout == WeightLayout::Interleaved && n >= 2 && n <= kMaxTokens &&
+         w.cols % kChunkCols == 0;
+}
+
+int64_t amx_bf16_activation_stride(const WeightMatrix& w, int64_t n) {
+  // The packed tiles are not per token; n tokens' strides cover them all.
+  const int64_t total = w.cols / kChunkCols * PartLayout(n).tiles * kTileBytes;
+  return (total + n * 64 - 1) / (n * 64) * 64;
+}
+
+void amx_bf16_prepare_activations(const WeightMatrix& w, int64_t n, const float* x, int64_t x_stride, int64_t first,
+                                  int64_t count, uint8_t* out, int64_t /*out_stride*/) {
+  const PartLayout layout(n);
+  const int64_t chunks = w.cols / kChunkCols, chunk_bytes = layout.tiles * kTileBytes;
+  // Pair q of a column goes to row q of its tile.
+  const __m512i pair_rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                               _mm512_set1_epi32(4 * kTileCols));
+  // The high halves of two vectors of 16 floats: 32 bf16 in column order.
+  const __m512i high_halves =
+      _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19, 17,
+                       15, 13, 11, 9, 7, 5, 3, 1);
+  const __m512i top_bits = _mm512_set1_epi32(int(0xffff0000u));
+  auto column_at = [&](int64_t j) { return out + j / kTileCols * kTileBytes + 4 * (j % kTileCols); };
+  for (int64_t t = first; t < first + count; ++t) {
+    const float* xt = x + t * x_stride;
+    uint8_t* part_column[kParts];
+    for (int p = 0; p < kParts; ++p) part_column[p] = column_at(layout.column(p, t));
+    for (int64_t c = 0; c < chunks; ++c) {
+      __m512 a = _mm512_loadu_ps(xt + kChunkCols * c), b = _mm512_loadu_ps(xt + kChunkCols * c + 16);
+      for (int p = 0; p < kParts; ++p) {
+        const __m512i ha = _mm512_and_si512(_mm512_castps_si512(a), top_bits);
+        const __m512i hb = _mm512_and_si512(_mm512_castps_si512(b), top_bits);
+        _mm512_i32scatter_epi32(part_column[p] + c * chunk_bytes, pair_rows,
+                                _mm512_permutex2var_epi16(ha, high_halves, hb), 1);
+        a = _mm512_sub_ps(a, _mm512_castsi512_ps(ha));  // exact: the bits below the top 16
+        b = _mm512_sub_ps(b, _mm512_castsi512_ps(hb));
+      }
+    }
+  }
+  // Columns no token's part takes multiply as zeros; whoever prepares the last token clears them.
+  if (first + count != n) return;
+  for (int64_t j = 0; j < layout.tiles * kTileCols; ++j) {
+    if (j < kParts * n) continue;
+    for (int64_t c = 0; c < chunks; ++c)
+      _mm512_i32scatter_epi32(column_at(j) + c * chunk_bytes, pair_rows, _mm512_setzero_si512(), 1);
+  }
+}
+
+void amx_bf16_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xp, int64_t /*xp_stride*/,
+                     int64_t n, float* y, int64_t y_stride) {
+  const PartLayout layout(n);
+  const int64_t chunks = w.cols / kChunkCols;
+  alignas(64) float sums[kMaxSegments][kParts][kInterleaveRows * kTileCols];
+  int64_t configured = -1;
+  for (int64_t row = r0; row < r1;) {
+    Segment segments[kMaxSegments];
+    int count = 0;
+    for (; row < r1 && count < kMaxSegments; ++count) {
+      const int64_t g = interleaved_group_rows(w, row), rows = std::min(r1, row - row % kInterleaveRows + g) - row;
+      segments[count] = {row, rows, interleaved_vector(w, row, 0, 0), 64 * g};
+      row += rows;
+    }
+    if (layout.tiles == 3) segments_pass<3>(segments, count, chunks, xp, sums, configured);
+    else if (layout.tiles == 2) segments_pass<2>(segments, count, chunks, xp, sums, configured);
+    else segments_pass<1>(segments, count, chunks, xp, sums, configured);
+    for (int i = 0; i < count; ++i)
+      store_results(sums[i], layout, segments[i].rows, segments[i].row, n, y, y_stride);
+  }
+}
+
+}  // namespace tandem::cpu::detail
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
