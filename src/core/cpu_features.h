@@ -33,7 +33,7 @@ struct CpuFeatures {
 // higher level: isa_supported() says whether this CPU runs a level.
 //
 // Avx512Amx is AVX-512 with AMX tiles (Intel Xeon since Sapphire Rapids): the AVX-512 table with
-// BF16 weights multiplied on the tiles for batches of tokens (kernels/cpu/matmul_amx_bf16.cpp).
+// BF16 weights multiplied on the tiles for batches and prefill (kernels/cpu/matmul_amx_bf16.cpp).
 enum class Isa { Scalar = 0, Avx2 = 1, Avx2Vnni = 2, Avx512 = 3, Avx512Amx = 4 };
 
 const CpuFeatures& cpu_features();

@@ -29,7 +29,9 @@ constexpr int64_t kMinParallelQuantize = 16;
 // too, in runs of at least kPrefillChunkUnits chunks: `kernels_bench Prefill/q4i` on two Zen 3
 // cores 236-286 -> 325-358 GOP/s (q8i 152-201 -> 181-230), E4B q4 prefill of 512 tokens 53.8 ->
 // 56.6 tok/s mean over 7 alternated pairs (q8 36.5 -> 38.2 over 3). Each row's result is the same
-// in any range, so this changes no output.
+// in any range, so this changes no output. Float weights whose activations a table prepares (AMX
+// BF16) keep one range per thread as float prefill does: their prefill packs weight tiles for a
+// block of rows and reuses each token tile's activations across it.
 constexpr int64_t kMaxChunkedTokens = 15;
 constexpr int64_t kPrefillChunkUnits = 4;
 // At most this many matrices go through one pass; a larger group takes one pass per matrix.
@@ -179,7 +181,7 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
   };
   if (!parallel) multiply(0, units);
   else if (n <= kMaxChunkedTokens) pool.parallel_chunks(units, 1, multiply);
-  else if (quantized) pool.parallel_chunks(units, kPrefillChunkUnits, multiply);
+  else if (quantized && is_quantized(w0.format)) pool.parallel_chunks(units, kPrefillChunkUnits, multiply);
   else pool.parallel_for(units, multiply);
 }
 

@@ -29,7 +29,7 @@ void avx512_matvec_streams_float(std::span<const RowRun> runs, const float* x);
 void avx2_matmul_rows_float(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride,
                             int64_t n, float* y, int64_t y_stride);
 
-// Interleaved BF16 weights on AMX tiles for 2-16 tokens (matmul_amx_bf16.cpp), in the two steps
+// Interleaved BF16 weights on AMX tiles for 2 tokens or more (matmul_amx_bf16.cpp), in the two steps
 // of the quantized kernels: the activations split into bf16 parts, packed for the tiles, then
 // the matmul over them. Only when cpu_features().amx_bf16.
 bool amx_bf16_multiplies(const WeightMatrix& w, int64_t n);

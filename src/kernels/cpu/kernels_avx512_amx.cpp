@@ -1,6 +1,8 @@
-// The AVX-512 table with AMX tiles: everything as avx512_kernels() does, except batches of 2-16
-// tokens over interleaved BF16 weights, which go to the tiles (matmul_amx_bf16.cpp) through the
-// table's two-step path, so that matmul() splits and packs the activations once per call.
+// The AVX-512 table with AMX tiles: everything as avx512_kernels() does, except 2 tokens or more
+// (batches and prefill) over interleaved BF16 weights, which go to the tiles (matmul_amx_bf16.cpp)
+// through the table's two-step path, so that matmul() splits and packs the activations once per
+// call. One token stays on the FMA streams, which read DRAM faster (0.90 of the probe against
+// 0.71 on the tiles, E4B bf16 decode on a Xeon with AMX).
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/kernels.h"
 

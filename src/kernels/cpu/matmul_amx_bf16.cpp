@@ -1,7 +1,8 @@
-// AMX matmul for BF16 weights in row groups (WeightLayout::Interleaved), for batches of 2-16
-// tokens. The AVX-512 FMA tiles run batches of 8 at ~0.85 FMA per cycle while streaming, so a
-// batch of 8 sat at 3-4x one token's speed; one tile dot product (tdpbf16ps) does up to 8192
-// multiply-adds.
+// AMX matmul for BF16 weights in row groups (WeightLayout::Interleaved), for 2 tokens or more:
+// batches of up to 16 straight from the row groups, prefill (more) from packed 16-row tiles
+// (prefill() below). The AVX-512 FMA tiles run batches of 8 at ~0.85 FMA per cycle while
+// streaming, so a batch of 8 sat at 3-4x one token's speed, and bf16 prefill at ~180 GFLOP/s per
+// core; one tile dot product (tdpbf16ps) does up to 8192 multiply-adds.
 //
 // Exactness. The tiles multiply bf16 by bf16, and the activations are float32, so each activation
 // is split into three bf16 parts, x = hi + mid + lo, each the top 16 bits of what the parts
@@ -11,7 +12,7 @@
 // that three products stand for one) differs, and the tiles flush denormal parts to zero, below
 // 1e-38. One bf16 part would lose 16 bits of every activation.
 //
-// Shapes. A weight row group (4 rows) of one 32-column chunk is 256 contiguous bytes, so a 4-row
+// Batches. A weight row group (4 rows) of one 32-column chunk is 256 contiguous bytes, so a 4-row
 // tile loads it straight from the resident weights (stride 64), with no packing. The activations
 // are packed once per matmul (matmul() does it before its pass over the threads) into the tiles'
 // pair layout: per chunk, T tiles of 16 rows (column pairs) by 16 columns. Up to 10 tokens, the
@@ -48,7 +49,7 @@ constexpr int64_t kChunkCols = 32;  // one 64-byte vector of bf16: a row group's
 constexpr int64_t kPairRows = kChunkCols / 2;
 constexpr int64_t kTileCols = 16;
 constexpr int64_t kTileBytes = kPairRows * 4 * kTileCols;
-constexpr int64_t kMaxTokens = 16;
+constexpr int64_t kTokenTile = 16;  // tokens of a batch (at most) and of a prefill token tile
 // Row segments side by side, for up to 10 tokens (T <= 2); one for more (T = 3: 3 result tiles,
 // 1 weight tile, 3 activation tiles).
 constexpr int kGroups = 2;
@@ -236,23 +237,124 @@ void store_results(const float (&sums)[kParts][kInterleaveRows * kTileCols], con
     }
 }
 
+// Prefill: more than 16 tokens, in tiles of 16 (the activations are laid out as batches of 16,
+// three tiles a chunk, one per part). The weights are packed into 16-row tiles, 1 KB a chunk, so
+// each product is a 16-row one (~4.3 ns for 16 x 16 x 32 multiply-adds against ~2.7 ns for a 4-row
+// one), and all three parts add into one result tile per 16 rows and 16 tokens. Loops, GEMM
+// fashion, so that what each product reads comes from L1 or L2: token blocks of up to
+// kPrefillTokenTiles tiles; within them row blocks of up to kPrefillRowTiles row tiles, whose
+// weights are packed kPrefillBlockChunks chunks at a time (128 KB); within each of those, every
+// token tile's activation tiles of the block (24 KB) serve all the row tiles, two at a time. The
+// sums wait in memory between blocks of chunks (256 KB).
+constexpr int64_t kPrefillTokenTiles = 16, kPrefillRowTiles = 16, kPrefillBlockChunks = 8;
+constexpr int64_t kRowTileRows = 16, kRowTileBytes = kRowTileRows * 64;  // 16 rows of 32 bf16
+
+int64_t token_tiles(int64_t n) { return (n + kTokenTile - 1) / kTokenTile; }
+
+// Rows [row0, row1) of w, chunks [c0, c0 + count) into 16-row tiles (tile i of chunk c at
+// packed + (i * kPrefillBlockChunks + c - c0) * 1 KB); rows past row1 up to `tiles` tiles are zero.
+void pack_row_tiles(const WeightMatrix& w, int64_t row0, int64_t row1, int64_t tiles, int64_t c0, int64_t count,
+                    uint8_t* packed) {
+  for (int64_t i = 0; i < tiles; ++i)
+    for (int64_t c = c0; c < c0 + count; ++c) {
+      uint8_t* tile = packed + (i * kPrefillBlockChunks + c - c0) * kRowTileBytes;
+      for (int64_t r = 0; r < kRowTileRows; ++r) {
+        const int64_t row = row0 + i * kRowTileRows + r;
+        const __m512i v = row < row1 ? _mm512_loadu_si512(interleaved_vector(w, row, c, 0)) : _mm512_setzero_si512();
+        _mm512_store_si512(tile + 64 * r, v);
+      }
+    }
+}
+
+TileConfig prefill_config() {
+  TileConfig c;
+  for (int t = 0; t < 7; ++t) {
+    c.rows[t] = kRowTileRows;  // 16 rows of weights, of sums, and 16 pair rows of activations
+    c.colsb[t] = 64;
+  }
+  return c;
+}
+
+void prefill(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xp, int64_t n, float* y,
+             int64_t y_stride) {
+  static const TileConfig config = prefill_config();
+  const int64_t chunks = w.cols / kChunkCols, tiles_of_tokens = token_tiles(n);
+  const int64_t token_tile_bytes = chunks * kParts * kTileBytes, tile_floats = kRowTileRows * kTileCols;
+  auto* packed = reinterpret_cast<uint8_t*>(
+      thread_scratch_floats(0, size_t(kPrefillRowTiles * kPrefillBlockChunks * kRowTileBytes / 4)));
+  float* sums = thread_scratch_floats(1, size_t(kPrefillRowTiles * kPrefillTokenTiles * tile_floats));
+  _tile_loadconfig(&config);
+  for (int64_t tb0 = 0; tb0 < tiles_of_tokens; tb0 += kPrefillTokenTiles) {
+    const int64_t tb1 = std::min(tiles_of_tokens, tb0 + kPrefillTokenTiles);
+    for (int64_t rb0 = r0; rb0 < r1; rb0 += kPrefillRowTiles * kRowTileRows) {
+      const int64_t rb1 = std::min(r1, rb0 + kPrefillRowTiles * kRowTileRows);
+      const int64_t row_tiles = ((rb1 - rb0 + kRowTileRows - 1) / kRowTileRows + 1) / 2 * 2;  // whole pairs
+      auto tile_sums = [&](int64_t rt, int64_t tt) { return sums + (rt * kPrefillTokenTiles + tt - tb0) * tile_floats; };
+      for (int64_t c0 = 0; c0 < chunks; c0 += kPrefillBlockChunks) {
+        const int64_t count = std::min(kPrefillBlockChunks, chunks - c0);
+        pack_row_tiles(w, rb0, rb1, row_tiles, c0, count, packed);
+        for (int64_t tt = tb0; tt < tb1; ++tt) {
+          const uint8_t* activations = xp + tt * token_tile_bytes + c0 * kParts * kTileBytes;
+          for (int64_t rt = 0; rt < row_tiles; rt += 2) {
+            if (c0 == 0) {
+              tile_zero<0>();
+              tile_zero<1>();
+            } else {
+              tile_load<0>(tile_sums(rt, tt), 64);
+              tile_load<1>(tile_sums(rt + 1, tt), 64);
+            }
+            const uint8_t* weights = packed + rt * kPrefillBlockChunks * kRowTileBytes;
+            for (int64_t c = 0; c < count; ++c) {
+              const uint8_t* parts = activations + c * kParts * kTileBytes;
+              tile_load<2>(weights + c * kRowTileBytes, 64);
+              tile_load<3>(weights + (kPrefillBlockChunks + c) * kRowTileBytes, 64);
+              tile_load<4>(parts, 64);
+              tile_load<5>(parts + kTileBytes, 64);
+              tile_load<6>(parts + 2 * kTileBytes, 64);
+              tile_dot<0, 2, 4>();
+              tile_dot<1, 3, 4>();
+              tile_dot<0, 2, 5>();
+              tile_dot<1, 3, 5>();
+              tile_dot<0, 2, 6>();
+              tile_dot<1, 3, 6>();
+            }
+            tile_store<0>(tile_sums(rt, tt), 64);
+            tile_store<1>(tile_sums(rt + 1, tt), 64);
+          }
+        }
+      }
+      // Row r of tile rt, token j of tile tt.
+      for (int64_t rt = 0; rt * kRowTileRows < rb1 - rb0; ++rt)
+        for (int64_t tt = tb0; tt < tb1; ++tt) {
+          const float* s = tile_sums(rt, tt);
+          const int64_t rows = std::min(kRowTileRows, rb1 - rb0 - rt * kRowTileRows);
+          const int64_t tokens = std::min(kTokenTile, n - tt * kTokenTile);
+          for (int64_t j = 0; j < tokens; ++j)
+            for (int64_t r = 0; r < rows; ++r)
+              y[(tt * kTokenTile + j) * y_stride + rb0 + rt * kRowTileRows + r] = s[r * kTileCols + j];
+        }
+    }
+  }
+}
+
 }  // namespace
 
 bool amx_bf16_multiplies(const WeightMatrix& w, int64_t n) {
-  return w.format == WeightFormat::BF16 && w.layout == WeightLayout::Interleaved && n >= 2 && n <= kMaxTokens &&
-         w.cols % kChunkCols == 0;
+  return w.format == WeightFormat::BF16 && w.layout == WeightLayout::Interleaved && n >= 2 && w.cols % kChunkCols == 0;
 }
 
 int64_t amx_bf16_activation_stride(const WeightMatrix& w, int64_t n) {
   // The packed tiles are not per token; n tokens' strides cover them all.
-  const int64_t total = w.cols / kChunkCols * PartLayout(n).tiles * kTileBytes;
+  const int64_t total = token_tiles(n) * w.cols / kChunkCols * PartLayout(std::min(n, kTokenTile)).tiles * kTileBytes;
   return (total + n * 64 - 1) / (n * 64) * 64;
 }
 
 void amx_bf16_prepare_activations(const WeightMatrix& w, int64_t n, const float* x, int64_t x_stride, int64_t first,
                                   int64_t count, uint8_t* out, int64_t /*out_stride*/) {
-  const PartLayout layout(n);
+  // More than 16 tokens: tiles of 16, each laid out as a batch of 16, one after the other.
+  const PartLayout layout(std::min(n, kTokenTile));
   const int64_t chunks = w.cols / kChunkCols, chunk_bytes = layout.tiles * kTileBytes;
+  const int64_t token_tile_bytes = chunks * chunk_bytes;
   // Pair q of a column goes to row q of its tile.
   const __m512i pair_rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                _mm512_set1_epi32(4 * kTileCols));
@@ -261,11 +363,14 @@ void amx_bf16_prepare_activations(const WeightMatrix& w, int64_t n, const float*
       _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19, 17,
                        15, 13, 11, 9, 7, 5, 3, 1);
   const __m512i top_bits = _mm512_set1_epi32(int(0xffff0000u));
-  auto column_at = [&](int64_t j) { return out + j / kTileCols * kTileBytes + 4 * (j % kTileCols); };
+  // Column j of token tile `tile`.
+  auto column_at = [&](int64_t tile, int64_t j) {
+    return out + tile * token_tile_bytes + j / kTileCols * kTileBytes + 4 * (j % kTileCols);
+  };
   for (int64_t t = first; t < first + count; ++t) {
     const float* xt = x + t * x_stride;
     uint8_t* part_column[kParts];
-    for (int p = 0; p < kParts; ++p) part_column[p] = column_at(layout.column(p, t));
+    for (int p = 0; p < kParts; ++p) part_column[p] = column_at(t / kTokenTile, layout.column(p, t % kTokenTile));
     for (int64_t c = 0; c < chunks; ++c) {
       __m512 a = _mm512_loadu_ps(xt + kChunkCols * c), b = _mm512_loadu_ps(xt + kChunkCols * c + 16);
       for (int p = 0; p < kParts; ++p) {
@@ -280,15 +385,17 @@ void amx_bf16_prepare_activations(const WeightMatrix& w, int64_t n, const float*
   }
   // Columns no token's part takes multiply as zeros; whoever prepares the last token clears them.
   if (first + count != n) return;
+  const int64_t last_tile = (n - 1) / kTokenTile, in_last = n - last_tile * kTokenTile;
   for (int64_t j = 0; j < layout.tiles * kTileCols; ++j) {
-    if (j < kParts * n) continue;
+    if (j < kParts * layout.n && j % layout.n < in_last) continue;
     for (int64_t c = 0; c < chunks; ++c)
-      _mm512_i32scatter_epi32(column_at(j) + c * chunk_bytes, pair_rows, _mm512_setzero_si512(), 1);
+      _mm512_i32scatter_epi32(column_at(last_tile, j) + c * chunk_bytes, pair_rows, _mm512_setzero_si512(), 1);
   }
 }
 
 void amx_bf16_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xp, int64_t /*xp_stride*/,
                      int64_t n, float* y, int64_t y_stride) {
+  if (n > kTokenTile) return prefill(w, r0, r1, xp, n, y, y_stride);
   const PartLayout layout(n);
   const int64_t chunks = w.cols / kChunkCols;
   alignas(64) float sums[kMaxSegments][kParts][kInterleaveRows * kTileCols];
