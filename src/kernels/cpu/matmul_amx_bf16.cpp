@@ -245,8 +245,10 @@ void store_results(const float (&sums)[kParts][kInterleaveRows * kTileCols], con
 // kPrefillTokenTiles tiles; within them row blocks of up to kPrefillRowTiles row tiles, whose
 // weights are packed kPrefillBlockChunks chunks at a time (128 KB); within each of those, every
 // token tile's activation tiles of the block (24 KB) serve all the row tiles, two at a time. The
-// sums wait in memory between blocks of chunks (256 KB).
-constexpr int64_t kPrefillTokenTiles = 16, kPrefillRowTiles = 16, kPrefillBlockChunks = 8;
+// sums wait in memory between blocks of chunks (512 KB). One core, kernels_bench Prefill/bf16i:
+// token blocks of 32 tiles 310-390 GFLOP/s against 290-330 for 16; blocks of 4 or 16 chunks and
+// row blocks of 8 or 32 tiles were no faster.
+constexpr int64_t kPrefillTokenTiles = 32, kPrefillRowTiles = 16, kPrefillBlockChunks = 8;
 constexpr int64_t kRowTileRows = 16, kRowTileBytes = kRowTileRows * 64;  // 16 rows of 32 bf16
 
 int64_t token_tiles(int64_t n) { return (n + kTokenTile - 1) / kTokenTile; }
@@ -264,6 +266,37 @@ void pack_row_tiles(const WeightMatrix& w, int64_t row0, int64_t row1, int64_t t
         _mm512_store_si512(tile + 64 * r, v);
       }
     }
+}
+
+// 16 rows of 16 floats (64 bytes apart) into its 16 columns: at block sizes 8, 4, 2 and 1, each
+// pair of rows (i, i + b) swaps the top-right and bottom-left b x b blocks of their 2b x 2b ones.
+void transpose_16x16(const float* rows, __m512 (&columns)[16]) {
+  struct Indices {
+    __m512i low[4], high[4];  // per stage: row i's new elements, row i + b's
+    Indices() {
+      for (int s = 0; s < 4; ++s) {
+        const int b = 8 >> s;
+        alignas(64) int32_t lo[16], hi[16];
+        for (int c = 0; c < 16; ++c) {
+          lo[c] = (c & b) ? 16 + c - b : c;
+          hi[c] = (c & b) ? 16 + c : c + b;
+        }
+        low[s] = _mm512_load_si512(lo);
+        high[s] = _mm512_load_si512(hi);
+      }
+    }
+  };
+  static const Indices indices;
+  for (int i = 0; i < 16; ++i) columns[i] = _mm512_loadu_ps(rows + 16 * i);
+  for (int s = 0; s < 4; ++s) {
+    const int b = 8 >> s;
+    for (int i = 0; i < 16; ++i) {
+      if (i & b) continue;
+      const __m512 a = columns[i], c = columns[i + b];
+      columns[i] = _mm512_permutex2var_ps(a, indices.low[s], c);
+      columns[i + b] = _mm512_permutex2var_ps(a, indices.high[s], c);
+    }
+  }
 }
 
 TileConfig prefill_config() {
@@ -293,7 +326,20 @@ void prefill(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xp, i
       for (int64_t c0 = 0; c0 < chunks; c0 += kPrefillBlockChunks) {
         const int64_t count = std::min(kPrefillBlockChunks, chunks - c0);
         pack_row_tiles(w, rb0, rb1, row_tiles, c0, count, packed);
+        // The next block's weights come into L2 while this one is multiplied (the packing waited
+        // on DRAM): a row group's chunks of a block are contiguous, one group per token tile.
+        const bool last_block = c0 + count >= chunks;
+        const int64_t next_row0 = last_block ? rb1 : rb0, next_row1 = last_block ? std::min(r1, rb1 + (rb1 - rb0)) : rb1;
+        const int64_t next_c0 = last_block ? 0 : c0 + count, next_count = std::min(kPrefillBlockChunks, chunks - next_c0);
+        const int64_t next_groups = (next_row1 - next_row0 + kInterleaveRows - 1) / kInterleaveRows;
+        const int64_t groups_per_tile = (next_groups + (tb1 - tb0) - 1) / (tb1 - tb0);
         for (int64_t tt = tb0; tt < tb1; ++tt) {
+          for (int64_t g = (tt - tb0) * groups_per_tile; g < std::min(next_groups, (tt - tb0 + 1) * groups_per_tile); ++g) {
+            const int64_t row = next_row0 + g * kInterleaveRows;
+            const auto* group = reinterpret_cast<const char*>(interleaved_vector(w, row - row % kInterleaveRows, next_c0, 0));
+            const int64_t bytes = next_count * 64 * interleaved_group_rows(w, row);
+            for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(group + b, _MM_HINT_T1);
+          }
           const uint8_t* activations = xp + tt * token_tile_bytes + c0 * kParts * kTileBytes;
           for (int64_t rt = 0; rt < row_tiles; rt += 2) {
             if (c0 == 0) {
@@ -323,15 +369,15 @@ void prefill(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xp, i
           }
         }
       }
-      // Row r of tile rt, token j of tile tt.
+      // Row r of tile rt, token j of tile tt, into y's row of token j.
       for (int64_t rt = 0; rt * kRowTileRows < rb1 - rb0; ++rt)
         for (int64_t tt = tb0; tt < tb1; ++tt) {
-          const float* s = tile_sums(rt, tt);
-          const int64_t rows = std::min(kRowTileRows, rb1 - rb0 - rt * kRowTileRows);
+          __m512 by_token[kTileCols];
+          transpose_16x16(tile_sums(rt, tt), by_token);
+          const __mmask16 rows = __mmask16((1u << std::min(kRowTileRows, rb1 - rb0 - rt * kRowTileRows)) - 1);
           const int64_t tokens = std::min(kTokenTile, n - tt * kTokenTile);
           for (int64_t j = 0; j < tokens; ++j)
-            for (int64_t r = 0; r < rows; ++r)
-              y[(tt * kTokenTile + j) * y_stride + rb0 + rt * kRowTileRows + r] = s[r * kTileCols + j];
+            _mm512_mask_storeu_ps(y + (tt * kTokenTile + j) * y_stride + rb0 + rt * kRowTileRows, rows, by_token[j]);
         }
     }
   }
