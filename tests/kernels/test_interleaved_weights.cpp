@@ -247,6 +247,20 @@ TEST_P(InterleavedMatmul, PrefillBlocking) {
     }
 }
 
+// Long prefills of narrow matrices: more rows than one row block and more tokens than one token
+// block of the AMX prefill (256 rows, 512 tokens), a short last row group, and matmul_rows over a
+// range that starts inside the first block and ends inside the last group.
+TEST_P(InterleavedMatmul, PrefillOverSeveralRowAndTokenBlocks) {
+  if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
+  const cpu::KernelTable& k = cpu::kernels_for(GetParam());
+  ThreadPool pool(2);
+  std::mt19937 rng(16);
+  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::Q8}) {
+    const OwnedMatrix m = interleaved_copy(random_matrix(f, 602, f == WeightFormat::BF16 ? 64 : 512, false, rng));
+    check(k, pool, m.view, 530, rng, std::string(weight_format_name(f)) + " 602 rows, 530 tokens");
+  }
+}
+
 // Batched decode walks a row group's columns in blocks (several, the last one short, at 4608
 // columns), and from 8 tokens on at that width runs each block over passes of up to 8 row groups
 // (70 rows: two passes through matmul_rows' 23-69): the reference's values for every token, and on
@@ -281,7 +295,8 @@ TEST_P(InterleavedMatmul, BatchedDecodeGivesEachTokenItsOwnResult) {
           cpu::matmul(pool, k, m.view, pair_x.data(), kCols, 2, paired.data(), rows);
           cpu::matmul(pool, k, m.view, x.data() + i * kCols, kCols, 1, alone.data(), rows);
           for (int64_t r = 0; r < rows; ++r) {
-            ASSERT_EQ(batched[size_t(i * rows + r)], paired[size_t(rows + r)]) << what << ": token " << i << " row " << r;
+            ASSERT_EQ(batched[size_t(i * rows + r)], paired[size_t(rows + r)])
+                << what << ": token " << i << " row " << r;
             if (!tiles_for_batches_only) {
               ASSERT_EQ(batched[size_t(i * rows + r)], alone[size_t(r)]) << what << ": token " << i << " row " << r;
             }
@@ -312,7 +327,7 @@ TEST_P(InterleavedMatmul, BF16MultipliesEveryBitOfTheActivations) {
   const OwnedMatrix m = interleaved_copy(plain);
   std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
   std::uniform_int_distribution<int> exponent(-12, 12);
-  for (int64_t n : {1, 2, 5, 8, 11, 15, 16}) {
+  for (int64_t n : {1, 2, 5, 8, 11, 15, 16, 17, 40}) {
     std::vector<float> x(size_t(n * kCols)), y(size_t(n * kRows));
     for (float& v : x) v = std::ldexp(mantissa(rng), exponent(rng));
     cpu::matmul(pool, k, m.view, x.data(), kCols, n, y.data(), kRows);

@@ -75,7 +75,9 @@ struct KernelTable {
 
   // Float weights this table also takes through the two steps above (its "quantized" activations
   // are then a packed float form), per matrix and token count; nullptr: none. The AMX table
-  // packs activations for its BF16 tiles this way, once per matmul and not once per thread.
+  // packs activations for its BF16 tiles this way, once per matmul and not once per thread. That
+  // layout is not one stride per token: it spans the whole n * stride buffer, and concurrent calls
+  // for disjoint token ranges write disjoint bytes of it.
   bool (*prepares_float)(const WeightMatrix& w, int64_t n) = nullptr;
 
   // Whether matmul() runs w through quantize_activations and matmul_rows_quantized.

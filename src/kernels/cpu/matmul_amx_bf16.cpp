@@ -9,16 +9,18 @@
 // before it left (truncation: every remainder is exact in float32, and 3 x 8 significant bits
 // hold all 24 of a float's). The products of bf16 weights and bf16 parts are exact in float32, so
 // the results are float32 sums of exact products, as the FMA kernels' are: only the order (and
-// that three products stand for one) differs, and the tiles flush denormal parts to zero, below
-// 1e-38. One bf16 part would lose 16 bits of every activation.
+// that three products stand for one) differs. The tiles flush denormals to zero, so activations
+// below ~1e-33 (whose low part is denormal) lose their last bits; an infinite activation gives NaN
+// (inf - inf in the split), where an FMA kernel gives inf or NaN. One bf16 part would lose 16 bits
+// of every activation.
 //
 // Batches. A weight row group (4 rows) of one 32-column chunk is 256 contiguous bytes, so a 4-row
 // tile loads it straight from the resident weights (stride 64), with no packing. The activations
 // are packed once per matmul (matmul() does it before its pass over the threads) into the tiles'
-// pair layout: per chunk, T tiles of 16 rows (column pairs) by 16 columns. Up to 10 tokens, the
-// columns are the three parts of every token side by side (column p * n + t: part p of token t),
-// so T = ceil(3n / 16) and each tile has a result tile of its own; from 11 tokens on, tile p
-// holds part p of every token (T = 3) and all three add into one result tile.
+// pair layout: per chunk, T tiles of 16 rows (column pairs) by 16 columns, the three parts of
+// every token side by side (column p * n + t: part p of token t), so T = ceil(3n / 16), each
+// with a result tile of its own; a token's three sums are added at the end. Prefill's token
+// tiles are laid out as batches of 16 (tile p: part p of every token).
 //
 // Speed (a Xeon with AMX, one core): a 4-row tdpbf16ps takes ~4.3 ns when its activation tile
 // differs from the previous product's and ~2.7 ns when two row groups take turns on one
@@ -52,7 +54,7 @@ constexpr int64_t kTileBytes = kPairRows * 4 * kTileCols;
 constexpr int64_t kTokenTile = 16;  // tokens of a batch (at most) and of a prefill token tile
 // Row segments side by side, for up to 10 tokens (T <= 2); one for more (T = 3: 3 result tiles,
 // 1 weight tile, 3 activation tiles).
-constexpr int kGroups = 2;
+constexpr int kSegmentsSideBySide = 2;
 // Activation tiles a block of chunks keeps in L1 (T KB per chunk). Batch8/bf16i on two cores:
 // 8-12 KB 22-24 GB/s, 16-24 KB 20-22, 48 KB 13-16; prefetching blocks further ahead into L2 was
 // slower.
@@ -79,8 +81,10 @@ void tile_dot() {
   __asm__ volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(Sums), "i"(Weights), "i"(Activations));
 }
 template <int N, class F>
-void for_each(F&& f) {
-  [&]<int... I>(std::integer_sequence<int, I...>) { (f.template operator()<I>(), ...); }(std::make_integer_sequence<int, N>{});
+void for_each_index(F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    (f.template operator()<I>(), ...);
+  }(std::make_integer_sequence<int, N>{});
 }
 
 // How n tokens' activation parts sit in a chunk's T tiles: part p of token t in column p * n + t
@@ -91,14 +95,33 @@ struct PartLayout {
   int64_t column(int p, int64_t t) const { return p * n + t; }
 };
 
+// The 32 floats of a chunk as three bf16 parts that add up to them exactly (truncation: each part
+// is the top 16 bits of what the parts before it left, and every remainder is exact), each part's
+// 32 bf16 in column order: 16 column pairs.
+void split_chunk(const float* values, __m512i (&parts)[kParts]) {
+  // The high halves of two vectors of 16 floats: 32 bf16 in column order.
+  const __m512i high_halves =
+      _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19, 17,
+                       15, 13, 11, 9, 7, 5, 3, 1);
+  const __m512i top_bits = _mm512_set1_epi32(int(0xffff0000u));
+  __m512 a = _mm512_loadu_ps(values), b = _mm512_loadu_ps(values + 16);
+  for (int p = 0; p < kParts; ++p) {
+    const __m512i ha = _mm512_and_si512(_mm512_castps_si512(a), top_bits);
+    const __m512i hb = _mm512_and_si512(_mm512_castps_si512(b), top_bits);
+    parts[p] = _mm512_permutex2var_epi16(ha, high_halves, hb);
+    a = _mm512_sub_ps(a, _mm512_castsi512_ps(ha));
+    b = _mm512_sub_ps(b, _mm512_castsi512_ps(hb));
+  }
+}
+
 // Result tiles: one per group and activation tile; weight tiles follow, then activation tiles.
 // A single segment takes the first group's tiles.
 template <int T>
 struct Tiles {
-  static constexpr int kGroupsSideBySide = T <= 2 ? kGroups : 1;
-  static constexpr int kSums = kGroupsSideBySide * T;
+  static constexpr int kSegmentsSideBySideSideBySide = T <= 2 ? kSegmentsSideBySide : 1;
+  static constexpr int kSums = kSegmentsSideBySideSideBySide * T;
   static constexpr int kWeights = kSums;
-  static constexpr int kActivations = kSums + kGroupsSideBySide;
+  static constexpr int kActivations = kSums + kSegmentsSideBySideSideBySide;
   static_assert(kActivations + T <= 8, "8 tile registers");
   static constexpr int sums(int g, int k) { return g * T + k; }
 };
@@ -110,24 +133,28 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Tiles below `activations` have the segment's rows; from there on 16 pair rows. All rows are 64
-// bytes: 16 floats of sums, 32 bf16 weights, 16 columns of pairs.
-TileConfig make_config(int64_t rows, int activations) {
+// Tiles below the first activation tile have the segment's rows; from there on 16 pair rows. All
+// rows are 64 bytes: 16 floats of sums, 32 bf16 weights, 16 columns of pairs.
+TileConfig make_config(int64_t rows, int first_activation_tile) {
   TileConfig c;
   for (int t = 0; t < 8; ++t) {
-    c.rows[t] = uint8_t(t < activations ? rows : kPairRows);
+    c.rows[t] = uint8_t(t < first_activation_tile ? rows : kPairRows);
     c.colsb[t] = 64;
   }
   return c;
 }
 
-const TileConfig& tile_config(int64_t rows, int activations) {
-  static const TileConfig configs[8][4] = {
-#define TANDEM_CONFIGS(a) {make_config(1, a), make_config(2, a), make_config(3, a), make_config(4, a)}
-      TANDEM_CONFIGS(0), TANDEM_CONFIGS(1), TANDEM_CONFIGS(2), TANDEM_CONFIGS(3),
-      TANDEM_CONFIGS(4), TANDEM_CONFIGS(5), TANDEM_CONFIGS(6), TANDEM_CONFIGS(7)};
-#undef TANDEM_CONFIGS
-  return configs[activations][rows - 1];
+// The configs for segments of 1-4 rows, by the first activation tile (T = 1 and 3 both start at 4).
+const TileConfig& tile_config(int64_t rows, int first_activation_tile) {
+  struct Configs {
+    TileConfig by_rows[8][4];
+    Configs() {
+      for (int a = 0; a < 8; ++a)
+        for (int r = 1; r <= 4; ++r) by_rows[a][r - 1] = make_config(r, a);
+    }
+  };
+  static const Configs configs;
+  return configs.by_rows[first_activation_tile][rows - 1];
 }
 
 // A row segment: rows of one row group (a range may start or end inside a group), chunk c of its
@@ -149,17 +176,19 @@ struct Block {
 
 template <int G, int T>
 void add_products(const Segment* s, const Block& b, const uint8_t* xp) {
-  using Tl = Tiles<T>;
+  using Registers = Tiles<T>;
   for (int64_t c = b.c0; c < b.c1; ++c) {
     const uint8_t* tiles = xp + c * T * kTileBytes;
     for (int g = 0; g < G; ++g)
       for (int64_t line = 0; line < b.ahead_step; line += 64)
         _mm_prefetch((const char*)b.ahead + g * b.ahead_stride + (c - b.c0) * b.ahead_step + line, _MM_HINT_T0);
-    for_each<T>([&]<int K>() { tile_load<Tl::kActivations + K>(tiles + K * kTileBytes, 64); });
-    for_each<G>([&]<int Gi>() { tile_load<Tl::kWeights + Gi>(s[Gi].w + c * s[Gi].step, 64); });
+    for_each_index<T>([&]<int K>() { tile_load<Registers::kActivations + K>(tiles + K * kTileBytes, 64); });
+    for_each_index<G>([&]<int Gi>() { tile_load<Registers::kWeights + Gi>(s[Gi].w + c * s[Gi].step, 64); });
     // Each activation tile serves every group before the next one comes.
-    for_each<T>([&]<int K>() {
-      for_each<G>([&]<int Gi>() { tile_dot<Tl::sums(Gi, K), Tl::kWeights + Gi, Tl::kActivations + K>(); });
+    for_each_index<T>([&]<int K>() {
+      for_each_index<G>([&]<int Gi>() {
+        tile_dot<Registers::sums(Gi, K), Registers::kWeights + Gi, Registers::kActivations + K>();
+      });
     });
   }
 }
@@ -167,19 +196,19 @@ void add_products(const Segment* s, const Block& b, const uint8_t* xp) {
 // G segments' sums (the result tiles of each, 16 floats a row) to or from memory, or cleared.
 template <int G, int T>
 void load_sums(float (*sums)[kParts][kInterleaveRows * kTileCols], bool clear) {
-  using Tl = Tiles<T>;
-  for_each<G>([&]<int Gi>() {
-    for_each<T>([&]<int K>() {
-      if (clear) tile_zero<Tl::sums(Gi, K)>();
-      else tile_load<Tl::sums(Gi, K)>(sums[Gi][K], 64);
+  using Registers = Tiles<T>;
+  for_each_index<G>([&]<int Gi>() {
+    for_each_index<T>([&]<int K>() {
+      if (clear) tile_zero<Registers::sums(Gi, K)>();
+      else tile_load<Registers::sums(Gi, K)>(sums[Gi][K], 64);
     });
   });
 }
 template <int G, int T>
 void store_sums(float (*sums)[kParts][kInterleaveRows * kTileCols]) {
-  using Tl = Tiles<T>;
-  for_each<G>([&]<int Gi>() {
-    for_each<T>([&]<int K>() { tile_store<Tl::sums(Gi, K)>(sums[Gi][K], 64); });
+  using Registers = Tiles<T>;
+  for_each_index<G>([&]<int Gi>() {
+    for_each_index<T>([&]<int K>() { tile_store<Registers::sums(Gi, K)>(sums[Gi][K], 64); });
   });
 }
 
@@ -202,7 +231,7 @@ void segments_pass(const Segment* segments, int count, int64_t chunks, const uin
     const int64_t c1 = std::min(chunks, c0 + block_chunks);
     for (int i = 0; i < count;) {
       // Two segments side by side when they are whole groups that follow each other.
-      const bool pair = Tiles<T>::kGroupsSideBySide == 2 && i + 1 < count &&
+      const bool pair = Tiles<T>::kSegmentsSideBySideSideBySide == 2 && i + 1 < count &&
                         segments[i].rows == kInterleaveRows && segments[i + 1].rows == kInterleaveRows;
       const int g = pair ? 2 : 1;
       const int64_t key = segments[i].rows * 8 + kActivations;
@@ -212,7 +241,7 @@ void segments_pass(const Segment* segments, int count, int64_t chunks, const uin
       const Segment& next = i + g < count ? segments[i + g] : segments[0];
       const Block b{c0, c1, next.w + (i + g < count ? c0 : std::min(c1, chunks - 1)) * next.step,
                     next.step * chunks, next.step};
-      if constexpr (Tiles<T>::kGroupsSideBySide == 2) {
+      if constexpr (Tiles<T>::kSegmentsSideBySideSideBySide == 2) {
         if (pair) multiply_block<2, T>(segments + i, b, xp, sums + i);
         else multiply_block<1, T>(segments + i, b, xp, sums + i);
       } else {
@@ -322,21 +351,27 @@ void prefill(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xp, i
     for (int64_t rb0 = r0; rb0 < r1; rb0 += kPrefillRowTiles * kRowTileRows) {
       const int64_t rb1 = std::min(r1, rb0 + kPrefillRowTiles * kRowTileRows);
       const int64_t row_tiles = ((rb1 - rb0 + kRowTileRows - 1) / kRowTileRows + 1) / 2 * 2;  // whole pairs
-      auto tile_sums = [&](int64_t rt, int64_t tt) { return sums + (rt * kPrefillTokenTiles + tt - tb0) * tile_floats; };
+      auto tile_sums = [&](int64_t rt, int64_t tt) {
+        return sums + (rt * kPrefillTokenTiles + tt - tb0) * tile_floats;
+      };
       for (int64_t c0 = 0; c0 < chunks; c0 += kPrefillBlockChunks) {
         const int64_t count = std::min(kPrefillBlockChunks, chunks - c0);
         pack_row_tiles(w, rb0, rb1, row_tiles, c0, count, packed);
         // The next block's weights come into L2 while this one is multiplied (the packing waited
         // on DRAM): a row group's chunks of a block are contiguous, one group per token tile.
         const bool last_block = c0 + count >= chunks;
-        const int64_t next_row0 = last_block ? rb1 : rb0, next_row1 = last_block ? std::min(r1, rb1 + (rb1 - rb0)) : rb1;
-        const int64_t next_c0 = last_block ? 0 : c0 + count, next_count = std::min(kPrefillBlockChunks, chunks - next_c0);
+        const int64_t next_row0 = last_block ? rb1 : rb0;
+        const int64_t next_row1 = last_block ? std::min(r1, rb1 + (rb1 - rb0)) : rb1;
+        const int64_t next_c0 = last_block ? 0 : c0 + count;
+        const int64_t next_count = std::min(kPrefillBlockChunks, chunks - next_c0);
         const int64_t next_groups = (next_row1 - next_row0 + kInterleaveRows - 1) / kInterleaveRows;
         const int64_t groups_per_tile = (next_groups + (tb1 - tb0) - 1) / (tb1 - tb0);
         for (int64_t tt = tb0; tt < tb1; ++tt) {
-          for (int64_t g = (tt - tb0) * groups_per_tile; g < std::min(next_groups, (tt - tb0 + 1) * groups_per_tile); ++g) {
+          const int64_t g1 = std::min(next_groups, (tt - tb0 + 1) * groups_per_tile);
+          for (int64_t g = (tt - tb0) * groups_per_tile; g < g1; ++g) {
             const int64_t row = next_row0 + g * kInterleaveRows;
-            const auto* group = reinterpret_cast<const char*>(interleaved_vector(w, row - row % kInterleaveRows, next_c0, 0));
+            const uint8_t* first = interleaved_vector(w, row - row % kInterleaveRows, next_c0, 0);
+            const auto* group = reinterpret_cast<const char*>(first);
             const int64_t bytes = next_count * 64 * interleaved_group_rows(w, row);
             for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(group + b, _MM_HINT_T1);
           }
@@ -381,6 +416,7 @@ void prefill(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xp, i
         }
     }
   }
+  _tile_release();
 }
 
 }  // namespace
@@ -404,33 +440,48 @@ void amx_bf16_prepare_activations(const WeightMatrix& w, int64_t n, const float*
   // Pair q of a column goes to row q of its tile.
   const __m512i pair_rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                _mm512_set1_epi32(4 * kTileCols));
-  // The high halves of two vectors of 16 floats: 32 bf16 in column order.
-  const __m512i high_halves =
-      _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19, 17,
-                       15, 13, 11, 9, 7, 5, 3, 1);
-  const __m512i top_bits = _mm512_set1_epi32(int(0xffff0000u));
   // Column j of token tile `tile`.
   auto column_at = [&](int64_t tile, int64_t j) {
     return out + tile * token_tile_bytes + j / kTileCols * kTileBytes + 4 * (j % kTileCols);
   };
-  for (int64_t t = first; t < first + count; ++t) {
-    const float* xt = x + t * x_stride;
+  int64_t t = first;
+  const int64_t end = first + count;
+  auto one_token = [&](int64_t token) {
+    const float* xt = x + token * x_stride;
     uint8_t* part_column[kParts];
-    for (int p = 0; p < kParts; ++p) part_column[p] = column_at(t / kTokenTile, layout.column(p, t % kTokenTile));
+    for (int p = 0; p < kParts; ++p)
+      part_column[p] = column_at(token / kTokenTile, layout.column(p, token % kTokenTile));
     for (int64_t c = 0; c < chunks; ++c) {
-      __m512 a = _mm512_loadu_ps(xt + kChunkCols * c), b = _mm512_loadu_ps(xt + kChunkCols * c + 16);
-      for (int p = 0; p < kParts; ++p) {
-        const __m512i ha = _mm512_and_si512(_mm512_castps_si512(a), top_bits);
-        const __m512i hb = _mm512_and_si512(_mm512_castps_si512(b), top_bits);
-        _mm512_i32scatter_epi32(part_column[p] + c * chunk_bytes, pair_rows,
-                                _mm512_permutex2var_epi16(ha, high_halves, hb), 1);
-        a = _mm512_sub_ps(a, _mm512_castsi512_ps(ha));  // exact: the bits below the top 16
-        b = _mm512_sub_ps(b, _mm512_castsi512_ps(hb));
+      __m512i parts[kParts];
+      split_chunk(xt + kChunkCols * c, parts);
+      for (int p = 0; p < kParts; ++p)
+        _mm512_i32scatter_epi32(part_column[p] + c * chunk_bytes, pair_rows, parts[p], 1);
+    }
+  };
+  if (n > kTokenTile) {
+    // Whole token tiles: a part's 16 token vectors of a chunk, transposed, are its tile's rows.
+    for (; t < end && t % kTokenTile != 0; ++t) one_token(t);
+    alignas(64) int32_t by_token[kParts][kTokenTile][kTileCols];
+    for (; t + kTokenTile <= end; t += kTokenTile) {
+      uint8_t* tile = out + t / kTokenTile * token_tile_bytes;
+      for (int64_t c = 0; c < chunks; ++c) {
+        for (int64_t i = 0; i < kTokenTile; ++i) {
+          __m512i parts[kParts];
+          split_chunk(x + (t + i) * x_stride + kChunkCols * c, parts);
+          for (int p = 0; p < kParts; ++p) _mm512_store_si512(by_token[p][i], parts[p]);
+        }
+        for (int p = 0; p < kParts; ++p) {
+          __m512 rows[kTileCols];
+          transpose_16x16(reinterpret_cast<const float*>(by_token[p]), rows);
+          for (int64_t q = 0; q < kPairRows; ++q)
+            _mm512_store_ps(tile + c * chunk_bytes + p * kTileBytes + 64 * q, rows[q]);
+        }
       }
     }
   }
+  for (; t < end; ++t) one_token(t);
   // Columns no token's part takes multiply as zeros; whoever prepares the last token clears them.
-  if (first + count != n) return;
+  if (end != n) return;
   const int64_t last_tile = (n - 1) / kTokenTile, in_last = n - last_tile * kTokenTile;
   for (int64_t j = 0; j < layout.tiles * kTileCols; ++j) {
     if (j < kParts * layout.n && j % layout.n < in_last) continue;
@@ -460,6 +511,7 @@ void amx_bf16_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_
     for (int i = 0; i < count; ++i)
       store_results(sums[i], layout, segments[i].rows, segments[i].row, n, y, y_stride);
   }
+  _tile_release();  // the next call configures its own; released tiles cost no context switch
 }
 
 }  // namespace tandem::cpu::detail
