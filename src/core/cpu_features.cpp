@@ -21,10 +21,15 @@ uint64_t read_xcr0() {
 }
 
 // Linux hands a process the 8 KB tile state only once asked (ARCH_REQ_XCOMP_PERM for feature 18,
-// XTILEDATA); without it the first tile instruction faults. The grant covers every thread.
-bool request_tile_state() {
-  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+// XTILEDATA); without it the first tile instruction faults. The grant covers every thread, and is
+// asked for the first time the AMX level is considered, not by a process capped below it (the
+// grant raises the signal stack size every thread needs).
+bool tile_state_granted() {
+  static const bool granted = [] {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
 }
 
 CpuFeatures detect() {
@@ -61,7 +66,7 @@ CpuFeatures detect() {
   f.avx_vnni = a & (1u << 4);
   if (os_zmm) f.avx512_bf16 = a & (1u << 5);
   const bool os_tiles = (xcr0 & 0x60000) == 0x60000;  // XTILECFG and XTILEDATA
-  f.amx_bf16 = os_zmm && os_tiles && amx_tile && amx_bf16 && request_tile_state();
+  f.amx_bf16 = os_zmm && os_tiles && amx_tile && amx_bf16;
   return f;
 }
 
@@ -95,7 +100,7 @@ bool isa_supported(Isa isa) {
     case Isa::Avx2: return avx2;
     case Isa::Avx2Vnni: return avx2 && f.avx_vnni;
     case Isa::Avx512: return avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
-    case Isa::Avx512Amx: return isa_supported(Isa::Avx512) && f.amx_bf16;
+    case Isa::Avx512Amx: return isa_supported(Isa::Avx512) && f.amx_bf16 && tile_state_granted();
   }
   return false;
 }

@@ -17,8 +17,8 @@ struct CpuFeatures {
   bool avx512_bf16 = false;
   bool avx512_vnni = false;
   bool avx_vnni = false;
-  // AMX tiles with bf16 dot products, and this process allowed to use them (Linux grants the tile
-  // state on request, arch_prctl ARCH_REQ_XCOMP_PERM; detection asks once).
+  // AMX tiles with bf16 dot products, enabled by the OS (XCR0). Linux also grants the tile state
+  // only on request (arch_prctl ARCH_REQ_XCOMP_PERM): isa_supported(Isa::Avx512Amx) asks once.
   bool amx_bf16 = false;
   // Who made the CPU and its display family (cpuid leaf 1, extended family added): AMD Zen 4 is
   // 0x19, Zen 5 0x1a. Kernels tune a few choices by it where cores measured differently.

@@ -208,8 +208,8 @@ TEST(CpuFeatures, Avx2VnniOnlyWhereTheCpuHasIt) {
   EXPECT_EQ(isa_name(Isa::Avx2Vnni), "avx2vnni");
 }
 
-// AMX is a level above AVX-512: a cap at it gives it only where the CPU has the tiles (and this
-// process was granted their state), plain AVX-512 (or lower) otherwise.
+// AMX is a level above AVX-512: a cap at it gives it only where the CPU has the tiles (and Linux
+// grants their state), plain AVX-512 (or lower) otherwise.
 TEST(CpuFeatures, AmxOnlyWhereTheCpuHasIt) {
   EXPECT_EQ(isa_supported(Isa::Avx512Amx), isa_supported(Isa::Avx512) && cpu_features().amx_bf16);
   set_isa_cap(Isa::Avx512Amx);

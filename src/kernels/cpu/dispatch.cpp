@@ -136,14 +136,14 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
   const KernelTable& k = table.reads_layout(w0) ? table : scalar_kernels();
   const bool parallel = pool.size() > 1 && work >= kMinParallelWork && units > 1;
 
-  const bool quantized = k.prepares_activations(w0, n);
-  const int64_t stride = quantized ? k.quantized_activation_stride(w0, n) : 0;
-  uint8_t* xq = quantized ? t_matmul_scratch.get(size_t(stride * n)) : nullptr;
-  if (quantized && parallel && n >= kMinParallelQuantize) {
+  const bool prepared = k.prepares_activations(w0, n);  // quantized (Q8/Q4), or split for AMX tiles
+  const int64_t stride = prepared ? k.quantized_activation_stride(w0, n) : 0;
+  uint8_t* xq = prepared ? t_matmul_scratch.get(size_t(stride * n)) : nullptr;
+  if (prepared && parallel && n >= kMinParallelQuantize) {
     pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
       k.quantize_activations(w0, n, x, x_stride, i0, i1 - i0, xq, stride);
     });
-  } else if (quantized) {
+  } else if (prepared) {
     k.quantize_activations(w0, n, x, x_stride, 0, n, xq, stride);
   }
 
@@ -174,14 +174,14 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
       const int64_t end = std::min(u1, first_unit[i + 1]);
       const MatmulTarget& t = targets[i];
       const int64_t r0 = (u0 - first_unit[i]) * kRowGrain, r1 = std::min(t.w->rows, (end - first_unit[i]) * kRowGrain);
-      if (quantized) k.matmul_rows_quantized(*t.w, r0, r1, xq, stride, n, t.y, t.y_stride);
+      if (prepared) k.matmul_rows_quantized(*t.w, r0, r1, xq, stride, n, t.y, t.y_stride);
       else k.matmul_rows(*t.w, r0, r1, x, x_stride, n, t.y, t.y_stride);
       u0 = end;
     }
   };
   if (!parallel) multiply(0, units);
   else if (n <= kMaxChunkedTokens) pool.parallel_chunks(units, 1, multiply);
-  else if (quantized && is_quantized(w0.format)) pool.parallel_chunks(units, kPrefillChunkUnits, multiply);
+  else if (prepared && is_quantized(w0.format)) pool.parallel_chunks(units, kPrefillChunkUnits, multiply);
   else pool.parallel_for(units, multiply);
 }
 
