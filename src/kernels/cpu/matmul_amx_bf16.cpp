@@ -118,10 +118,10 @@ void split_chunk(const float* values, __m512i (&parts)[kParts]) {
 // A single segment takes the first group's tiles.
 template <int T>
 struct Tiles {
-  static constexpr int kSegmentsSideBySideSideBySide = T <= 2 ? kSegmentsSideBySide : 1;
-  static constexpr int kSums = kSegmentsSideBySideSideBySide * T;
+  static constexpr int kSegments = T <= 2 ? kSegmentsSideBySide : 1;  // side by side at this T
+  static constexpr int kSums = kSegments * T;
   static constexpr int kWeights = kSums;
-  static constexpr int kActivations = kSums + kSegmentsSideBySideSideBySide;
+  static constexpr int kActivations = kSums + kSegments;
   static_assert(kActivations + T <= 8, "8 tile registers");
   static constexpr int sums(int g, int k) { return g * T + k; }
 };
@@ -231,7 +231,7 @@ void segments_pass(const Segment* segments, int count, int64_t chunks, const uin
     const int64_t c1 = std::min(chunks, c0 + block_chunks);
     for (int i = 0; i < count;) {
       // Two segments side by side when they are whole groups that follow each other.
-      const bool pair = Tiles<T>::kSegmentsSideBySideSideBySide == 2 && i + 1 < count &&
+      const bool pair = Tiles<T>::kSegments == 2 && i + 1 < count &&
                         segments[i].rows == kInterleaveRows && segments[i + 1].rows == kInterleaveRows;
       const int g = pair ? 2 : 1;
       const int64_t key = segments[i].rows * 8 + kActivations;
@@ -241,7 +241,7 @@ void segments_pass(const Segment* segments, int count, int64_t chunks, const uin
       const Segment& next = i + g < count ? segments[i + g] : segments[0];
       const Block b{c0, c1, next.w + (i + g < count ? c0 : std::min(c1, chunks - 1)) * next.step,
                     next.step * chunks, next.step};
-      if constexpr (Tiles<T>::kSegmentsSideBySideSideBySide == 2) {
+      if constexpr (Tiles<T>::kSegments == 2) {
         if (pair) multiply_block<2, T>(segments + i, b, xp, sums + i);
         else multiply_block<1, T>(segments + i, b, xp, sums + i);
       } else {
