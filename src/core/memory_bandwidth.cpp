@@ -26,13 +26,22 @@ namespace {
 constexpr int kStreams = 4;
 static_assert(kReadBlock == 64 * kStreams, "read_share hands out whole lines of each of read_in_parts' parts");
 
-__attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, size_t bytes) {
+// Where the hardware prefetchers alone leave DRAM idle, software prefetches into L1 a little ahead
+// of each part read more: on an Intel Xeon with AMX (session 42) the plain read measured 30-33
+// GB/s and the same read with every line prefetched 2 KB ahead 35-37 (1 KB 33-34, 4 KB 33-34),
+// and the decode kernels prefetching so read faster than the plain probe. A probe that reads
+// slower than the kernels it judges would flatter them, so it reads both ways and keeps the best.
+constexpr size_t kProbeAheads[] = {0, 1024, 2048, 4096};
+
+template <bool Prefetch>
+__attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, size_t bytes, size_t ahead) {
   const size_t part = bytes / kStreams / 64 * 64;
   __m256i acc[kStreams];
   for (auto& a : acc) a = _mm256_setzero_si256();
   for (size_t i = 0; i < part; i += 64)
     for (int j = 0; j < kStreams; ++j) {
       const uint8_t* q = p + size_t(j) * part + i;
+      if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(q + ahead), _MM_HINT_T0);
       acc[j] = _mm256_add_epi64(acc[j], _mm256_add_epi64(_mm256_load_si256((const __m256i*)q),
                                                          _mm256_load_si256((const __m256i*)(q + 32))));
     }
@@ -40,13 +49,15 @@ __attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, size_t byte
   return uint64_t(_mm256_extract_epi64(acc[0], 0));
 }
 
-uint64_t read_sse2(const uint8_t* p, size_t bytes) {
+template <bool Prefetch>
+uint64_t read_sse2(const uint8_t* p, size_t bytes, size_t ahead) {
   const size_t part = bytes / kStreams / 64 * 64;
   __m128i acc[kStreams];
   for (auto& a : acc) a = _mm_setzero_si128();
   for (size_t i = 0; i < part; i += 64)
     for (int j = 0; j < kStreams; ++j) {
       const uint8_t* q = p + size_t(j) * part + i;
+      if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(q + ahead), _MM_HINT_T0);
       const __m128i a = _mm_add_epi64(_mm_load_si128((const __m128i*)q), _mm_load_si128((const __m128i*)(q + 16)));
       const __m128i b =
           _mm_add_epi64(_mm_load_si128((const __m128i*)(q + 32)), _mm_load_si128((const __m128i*)(q + 48)));
@@ -76,24 +87,27 @@ ReadBandwidthProbe::ReadBandwidthProbe(ThreadPool& pool, size_t bytes) : pool_(p
   });
 }
 
-uint64_t read_in_parts(const uint8_t* p, size_t bytes) {
+uint64_t read_in_parts(const uint8_t* p, size_t bytes, size_t prefetch_ahead) {
   static const bool avx2 = cpu_features().avx2;
-  return avx2 ? read_avx2(p, bytes) : read_sse2(p, bytes);
+  // The prefetches may reach past the part: a prefetch never faults.
+  if (prefetch_ahead == 0) return avx2 ? read_avx2<false>(p, bytes, 0) : read_sse2<false>(p, bytes, 0);
+  return avx2 ? read_avx2<true>(p, bytes, prefetch_ahead) : read_sse2<true>(p, bytes, prefetch_ahead);
 }
 
 double ReadBandwidthProbe::measure(int passes) {
   const uint8_t* base = buffer_.get();
   std::atomic<uint64_t> sink{0};  // keeps the loads
   double best = 0;
-  for (int pass = 0; pass < std::max(1, passes); ++pass) {
-    const auto start = std::chrono::steady_clock::now();
-    pool_.run([&](int t, int) {
-      const uint8_t* p = base + size_t(t) * chunk_;
-      sink.fetch_add(read_in_parts(p, chunk_), std::memory_order_relaxed);
-    });
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, double(bytes_) / seconds / 1e9);
-  }
+  for (int pass = 0; pass < std::max(1, passes); ++pass)
+    for (const size_t ahead : kProbeAheads) {
+      const auto start = std::chrono::steady_clock::now();
+      pool_.run([&](int t, int) {
+        const uint8_t* p = base + size_t(t) * chunk_;
+        sink.fetch_add(read_in_parts(p, chunk_, ahead), std::memory_order_relaxed);
+      });
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      best = std::max(best, double(bytes_) / seconds / 1e9);
+    }
   return best;
 }
 
@@ -144,16 +158,17 @@ double measure_read_bandwidth_of(ThreadPool& pool, std::span<const ByteRange> me
   if (bytes == 0) return 0;
   std::atomic<uint64_t> sink{0};
   double best = 0;
-  for (int pass = 0; pass < std::max(1, passes); ++pass) {
-    const auto start = std::chrono::steady_clock::now();
-    pool.run([&](int t, int) {
-      uint64_t sum = 0;
-      for (const ByteRange& piece : shares[size_t(t)]) sum += read_in_parts(piece.data, piece.bytes);
-      sink.fetch_add(sum, std::memory_order_relaxed);
-    });
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, double(bytes) / seconds / 1e9);
-  }
+  for (int pass = 0; pass < std::max(1, passes); ++pass)
+    for (const size_t ahead : kProbeAheads) {
+      const auto start = std::chrono::steady_clock::now();
+      pool.run([&](int t, int) {
+        uint64_t sum = 0;
+        for (const ByteRange& piece : shares[size_t(t)]) sum += read_in_parts(piece.data, piece.bytes, ahead);
+        sink.fetch_add(sum, std::memory_order_relaxed);
+      });
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      best = std::max(best, double(bytes) / seconds / 1e9);
+    }
   return best;
 }
 

@@ -21,8 +21,9 @@ namespace tandem {
 class ReadBandwidthProbe {
  public:
   ReadBandwidthProbe(ThreadPool& pool, size_t bytes);
-  // Best of `passes` timed reads, every pool thread streaming its own contiguous part with SIMD
-  // loads. Returns 1e9 bytes per second.
+  // Best of `passes` timed rounds, every pool thread streaming its own contiguous part with SIMD
+  // loads, each round reading it once plainly and once with each of a few software prefetch
+  // distances (memory_bandwidth.cpp). Returns 1e9 bytes per second.
   double measure(int passes);
   // Bytes it keeps resident (rounded to whole pages per thread).
   size_t bytes() const { return bytes_; }
@@ -34,8 +35,9 @@ class ReadBandwidthProbe {
 };
 
 // Reads [p, p + bytes) the way the probe does (4 equal parts side by side, one cache line of each
-// per step, SIMD loads) and returns a sum of the data, so that the loads are kept.
-uint64_t read_in_parts(const uint8_t* p, size_t bytes);
+// per step, SIMD loads; with prefetch_ahead > 0 each line also prefetched into L1 that many bytes
+// ahead in its part) and returns a sum of the data, so that the loads are kept.
+uint64_t read_in_parts(const uint8_t* p, size_t bytes, size_t prefetch_ahead = 0);
 
 // The same memory with overlapping and adjacent ranges joined, in address order.
 std::vector<ByteRange> merge_ranges(std::vector<ByteRange> ranges);
@@ -48,8 +50,8 @@ constexpr size_t kReadBlock = 256;
 // range loses less than 64 + kReadBlock bytes at either end and at every share boundary.
 std::vector<ByteRange> read_share(std::span<const ByteRange> merged, int t, int nt);
 
-// Best of `passes` reads of `merged` (from merge_ranges: overlaps would be read twice), every
-// pool thread reading its read_share as the probe reads its buffer. Returns 1e9 bytes per second
+// Best of `passes` rounds of reads of `merged` (from merge_ranges: overlaps would be read twice),
+// every pool thread reading its read_share as the probe reads its buffer, in each of its ways. Returns 1e9 bytes per second
 // of the bytes read. Read bandwidth depends on where in physical memory the bytes lie (a dev VM
 // read 512 MB buffers at 55 to 80 GB/s, each buffer at its own speed), so the speed of reading
 // the very bytes a kernel streams is the ceiling that kernel is held to (docs/benchmarks.md,

@@ -184,12 +184,14 @@ struct InterleavedFloatTile {
 
 // One token over S full row groups read side by side, one 64-byte vector of each group in turn:
 // S streams far apart keep more of DRAM's bandwidth in flight on one core than one stream does
-// (E4B bf16 decode on Zen 5: docs/kernels.md, "Streams"). Each row sums as InterleavedFloatTile
-// does, so its result is the same on either path.
+// (E4B bf16 decode on Zen 5: docs/kernels.md, "Streams"), each line prefetched into L1 where
+// prefetch_tuning() says so. Each row sums as InterleavedFloatTile does, so its result is the same
+// on either path.
 template <WeightFormat F, int S>
 void stream_groups(const uint8_t* const* groups, float* const* out, int64_t vectors, const float* x) {
   using L = Widen<F>;
   constexpr int G = kInterleaveRows;
+  const int64_t ahead = prefetch_tuning().float_decode_ahead;
   __m512 acc[S][G];
   for (int s = 0; s < S; ++s)
     for (int r = 0; r < G; ++r) acc[s][r] = _mm512_setzero_ps();
@@ -200,6 +202,7 @@ void stream_groups(const uint8_t* const* groups, float* const* out, int64_t vect
 #pragma GCC unroll 4
       for (int r = 0; r < G; ++r) {
         const uint8_t* p = groups[s] + (v * G + r) * 64;
+        if (ahead) _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T0);
         acc[s][r] = _mm512_fmadd_ps(L::full(p), lo, acc[s][r]);
         acc[s][r] = _mm512_fmadd_ps(L::full(p + 32), hi, acc[s][r]);
       }

@@ -234,45 +234,98 @@ struct InterleavedTile {
   }
 };
 
-// One token over a thread's rows [r0, r1) as kStreams parts read side by side: the i-th row group
-// of every part in turn, a chunk of each, with every part's float sums in registers. A single
-// sequential stream per core reads less of the bandwidth than several: on Zen 5, plain reads of
-// E4B q4 matrices in the decode's order, each thread's half as one stream, read 0.73-0.83 of the
-// probe, as 2 or 4 streams 1 KB at a time 0.87-0.90 (bench/read_patterns, stream1 and
-// streams2x1K). Decode, 8-token segments alternated A-B-B-A in one process: E4B q4 0.96-1.06x
-// (median 1.03 over 8 runs), E2B q4 1.00-1.08x (3 runs), E4B q8 1.05-1.08x (2). Four streams, or
-// two with their prefetches into L2, were slower (docs/kernels.md, "Session 37"). Each row's sum
-// is the one Tile::run gives it (the same chunks in the same order), and the rows the parts leave
-// (a last uneven group, a range that does not start at a group, groups that do not split evenly)
-// go through tiled_matmul.
-template <WeightFormat F>
+// One token over a thread's rows [r0, r1) as S parts read side by side: the i-th row group of
+// every part in turn, and within it one weight vector of each part in turn, with every part's
+// float sums in registers (what spills stays in L1). A single sequential stream per core reads
+// less of the bandwidth than several: on Zen 5, plain reads of E4B q4 matrices in the decode's
+// order, each thread's half as one stream, read 0.73-0.83 of the probe, as 2 or 4 streams 1 KB at
+// a time 0.87-0.90 (bench/read_patterns, stream1 and streams2x1K); 2 streams a chunk at a time,
+// against rows in order, took E4B decode 1.03x (q4, median of 8 A-B-B-A runs) and 1.05-1.08x (q8)
+// there (docs/kernels.md, "Session 37"; it then measured 4 streams slower). On an Intel Xeon 4
+// streams a vector at a time read most (prefetch_tuning.h); Zen 5 keeps 2, now also taken a vector
+// at a time, which was not measured there. Each row's sum is the one Tile::run gives it (the same
+// chunks in the same order), and the rows the parts leave (a last uneven group, a range that does
+// not start at a group, groups that do not split evenly) go through tiled_matmul.
+template <WeightFormat F, int S>
 void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xb,
                           float* y) {
-  constexpr int kStreams = 2, R = kInterleaveRows;
-  using Tile = InterleavedTile<F, R, 1, _MM_HINT_T0>;
-  const int64_t ahead = prefetch_tuning().decode_ahead / kStreams;
-  const int64_t groups_per_stream = r0 % R ? 0 : (std::min(r1, w.rows / R * R) - r0) / R / kStreams;
-  const int64_t vs = 64 * R, chunk_step = R * interleaved_chunk_row_bytes(F), chunks = w.cols / kInterleaveChunk;
+  constexpr int R = kInterleaveRows;
+  constexpr int kVectors = InterleavedTile<F, R, 1>::kVectors;
+  const int64_t ahead = prefetch_tuning().decode_ahead / S;
+  const int64_t groups_per_stream = r0 % R ? 0 : (std::min(r1, w.rows / R * R) - r0) / R / S;
+  const int64_t chunk_step = R * interleaved_chunk_row_bytes(F), chunks = w.cols / kInterleaveChunk;
+  const auto prefetch = [&](const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T0); };
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
   for (int64_t i = 0; i < groups_per_stream; ++i) {
-    int64_t first_row[kStreams];
-    const uint8_t* wc[kStreams];
-    const uint8_t* sc[kStreams];
-    for (int s = 0; s < kStreams; ++s) {
+    int64_t first_row[S];
+    const uint8_t* wc[S];
+    const uint8_t* sc[S];
+    for (int s = 0; s < S; ++s) {
       first_row[s] = r0 + R * (i + s * groups_per_stream);
       wc[s] = interleaved_vector(w, first_row[s], 0, 0);
       sc[s] = interleaved_scales(w, first_row[s], 0);
     }
-    __m512 sums[kStreams][R];
-    for (int64_t ch = 0; ch < chunks; ++ch)
+    __m512 sums[S][R];
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      const uint8_t* xc = xb + ch * kChunkBytesX;
+      __m512i acc[S][R];
+      const __m512i corrections = _mm512_load_si512(xc + kCorrectionsAt);
 #pragma GCC unroll 4
-      for (int s = 0; s < kStreams; ++s) {
-        Tile::one_token_chunk(wc[s], sc[s], vs, ahead, xb + ch * kChunkBytesX, ch == 0, sums[s]);
+      for (int s = 0; s < S; ++s) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) acc[s][r] = corrections;
+        for (int64_t b = 0; b < 32 * R; b += 64) prefetch(sc[s] + b);
+      }
+#pragma GCC unroll 1
+      for (int k = 0; k < kVectors; ++k) {
+        if constexpr (F == WeightFormat::Q8) {
+          const __m512i xv = _mm512_load_si512(xc + 64 * k);
+#pragma GCC unroll 4
+          for (int s = 0; s < S; ++s)
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+              const uint8_t* p = wc[s] + 64 * (k * R + r);
+              prefetch(p);
+              acc[s][r] = _mm512_dpbusd_epi32(acc[s][r], _mm512_loadu_si512(p), xv);
+            }
+        } else {
+          const __m512i xlo = _mm512_load_si512(xc + 64 * k), xhi = _mm512_load_si512(xc + 64 * (k + 4));
+#pragma GCC unroll 4
+          for (int s = 0; s < S; ++s)
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+              const uint8_t* p = wc[s] + 64 * (k * R + r);
+              prefetch(p);
+              const __m512i v = load_once(p);
+              acc[s][r] = _mm512_dpbusd_epi32(acc[s][r], _mm512_and_si512(v, nibble), xlo);
+              acc[s][r] = _mm512_dpbusd_epi32(acc[s][r], _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble), xhi);
+            }
+        }
+      }
+      // As InterleavedTile::one_token_chunk scales and adds them.
+      const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + kScalesAt));
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc[s] + 32 * r)));
+          const __m512 v = _mm512_cvtepi32_ps(acc[s][r]), scale = _mm512_mul_ps(dw, dx);
+          sums[s][r] = ch == 0 ? _mm512_mul_ps(v, scale) : _mm512_fmadd_ps(v, scale, sums[s][r]);
+        }
         wc[s] += chunk_step;
         sc[s] += chunk_step;
       }
-    for (int s = 0; s < kStreams; ++s) Tile::store_registers(sums[s], first_row[s], y, 0, false);
+    }
+    for (int s = 0; s < S; ++s) InterleavedTile<F, R, 1>::store_registers(sums[s], first_row[s], y, 0, false);
   }
-  tiled_matmul(tiles, w, r0 + R * kStreams * groups_per_stream, r1, xb, 0, 1, y, 0);
+  tiled_matmul(tiles, w, r0 + R * S * groups_per_stream, r1, xb, 0, 1, y, 0);
+}
+
+template <WeightFormat F>
+void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xb,
+                          float* y) {
+  if (prefetch_tuning().decode_streams >= 4) return one_token_in_streams<F, 4>(tiles, w, r0, r1, xb, y);
+  one_token_in_streams<F, 2>(tiles, w, r0, r1, xb, y);
 }
 
 template <WeightFormat F>
@@ -407,7 +460,7 @@ void avx512vnni_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1
   // one core. With groups of 16 rows, 4-row tiles (each reading a quarter of every 1 KB) and
   // 16-row tiles in 4-row sub-tiles were 7-30% slower in E4B batches of 8.
   const bool q4_format = w.format == WeightFormat::Q4;
-  if (n == 1 && prefetch_tuning().decode_two_streams)
+  if (n == 1 && prefetch_tuning().decode_streams > 0)
     return q4_format ? one_token_in_streams<WeightFormat::Q4>(q4_decode, w, r0, r1, xq, y)
                      : one_token_in_streams<WeightFormat::Q8>(q8_decode, w, r0, r1, xq, y);
   if (n == 1) return tiled_matmul(q4_format ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);

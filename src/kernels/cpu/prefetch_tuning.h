@@ -19,6 +19,13 @@
 // (E4B batches of 8: q8 30 -> 27, q4 46 -> 41, bf16 12.5 -> 11.3 tok/s) and bf16 batches gained
 // nothing from prefetching in their stream, so Intel keeps those two Zen 4 choices. Every Intel CPU
 // takes this tuning though only that one was measured; other CPUs keep the Zen 4 choices.
+// Session 42, same Xeon: with the probe reading both plainly and with prefetches (it had read
+// ~10% under what prefetched reads reach there), one-token Q8/Q4 decode read most with 4 streams
+// taking one weight vector of each in turn, every line prefetched 2 KB ahead (8 KB in all): E4B q4
+// roofline 0.80-0.82 (2 streams a chunk at a time, 4 KB ahead each) -> 0.85-0.88, q8 0.82-0.85 ->
+// 0.86-0.88; 4 KB ahead each read 5% less, 1 KB and 3 KB about the same. Its one-token BF16
+// streams, with no software prefetch until then, read 0.86-0.88 of that probe and 0.97-0.98 with
+// every line prefetched into L1 2 KB ahead.
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -30,17 +37,19 @@ struct PrefetchTuning {
   bool batch_into_l1 = false;  // batched tiles' next-group lines into L1 (else L2)
   // Bytes ahead of a batched BF16/F16 row-group tile's loads; 0: the next group at the same columns.
   int64_t float_batch_ahead = 0;
-  // A thread's one-token VNNI decode reads its rows as two row-group streams side by side, each
-  // prefetched decode_ahead / 2 bytes ahead (else its rows in order).
-  bool decode_two_streams = false;
+  // A thread's one-token VNNI decode reads its rows as this many row-group streams side by side,
+  // each prefetched decode_ahead / decode_streams bytes ahead; 0: its rows in order.
+  int decode_streams = 0;
+  // Bytes ahead of the one-token BF16/F16 streams' loads, into L1; 0: none.
+  int64_t float_decode_ahead = 0;
 };
 
 inline const PrefetchTuning& prefetch_tuning() {
   static const PrefetchTuning tuning = [] {
     const CpuFeatures& f = cpu_features();
     const bool zen5_or_later = f.amd && f.family >= 0x1a;
-    if (zen5_or_later) return PrefetchTuning{8192, true, 8192, true};
-    if (f.intel) return PrefetchTuning{8192, false, 0, true};
+    if (zen5_or_later) return PrefetchTuning{8192, true, 8192, 2, 0};
+    if (f.intel) return PrefetchTuning{8192, false, 0, 4, 2048};
     return PrefetchTuning{};
   }();
   return tuning;
