@@ -308,6 +308,22 @@ TEST(ReadBandwidth, SharesCoverTheRangesInAlignedDisjointPieces) {
   }
 }
 
+// The probe's prefetched reads (memory_bandwidth.cpp) read the same bytes as its plain read: the
+// same sum for every distance, prefetches past the end included, and each part's last line counts.
+TEST(ReadBandwidth, PrefetchedReadsSumTheSameBytes) {
+  constexpr size_t kBytes = size_t(1) << 20;
+  std::vector<uint64_t> words(kBytes / 8 + 8);
+  const size_t skew = (64 - reinterpret_cast<uintptr_t>(words.data()) % 64) % 64 / 8;  // 64-byte aligned
+  uint64_t* base = words.data() + skew;
+  for (size_t i = 0; i < kBytes / 8; ++i) base[i] = i * 0x9e3779b97f4a7c15ull;
+  const auto* p = reinterpret_cast<const uint8_t*>(base);
+  const uint64_t plain = read_in_parts(p, kBytes);
+  for (size_t ahead : {64, 1024, 2048, 4096}) EXPECT_EQ(read_in_parts(p, kBytes, ahead), plain) << ahead;
+  base[kBytes / 8 - 8] += 1;  // the first word of the last line of the last part
+  EXPECT_EQ(read_in_parts(p, kBytes, 2048), plain + 1);
+  EXPECT_EQ(read_in_parts(p, kBytes), plain + 1);
+}
+
 TEST(ReadBandwidth, MeasuresAPositiveRateAndNothingToReadAsZero) {
   std::vector<uint8_t> m((size_t(8) << 20) + 333, 1);
   ThreadPool pool(2);
