@@ -274,33 +274,29 @@ void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r
       for (int s = 0; s < S; ++s) {
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) acc[s][r] = corrections;
+        // The scales' 128 bytes: beside the vectors' prefetches, which step over them, every line
+        // of the stream ahead is prefetched once.
         for (int64_t b = 0; b < 32 * R; b += 64) prefetch(sc[s] + b);
       }
 #pragma GCC unroll 1
       for (int k = 0; k < kVectors; ++k) {
-        if constexpr (F == WeightFormat::Q8) {
-          const __m512i xv = _mm512_load_si512(xc + 64 * k);
+        // Q4: the low nibbles meet activation vector k, the high ones vector k + 4.
+        const __m512i xlo = _mm512_load_si512(xc + 64 * k);
+        const __m512i xhi = F == WeightFormat::Q4 ? _mm512_load_si512(xc + 64 * (k + 4)) : xlo;
 #pragma GCC unroll 4
-          for (int s = 0; s < S; ++s)
+        for (int s = 0; s < S; ++s)
 #pragma GCC unroll 4
-            for (int r = 0; r < R; ++r) {
-              const uint8_t* p = wc[s] + 64 * (k * R + r);
-              prefetch(p);
-              acc[s][r] = _mm512_dpbusd_epi32(acc[s][r], _mm512_loadu_si512(p), xv);
-            }
-        } else {
-          const __m512i xlo = _mm512_load_si512(xc + 64 * k), xhi = _mm512_load_si512(xc + 64 * (k + 4));
-#pragma GCC unroll 4
-          for (int s = 0; s < S; ++s)
-#pragma GCC unroll 4
-            for (int r = 0; r < R; ++r) {
-              const uint8_t* p = wc[s] + 64 * (k * R + r);
-              prefetch(p);
+          for (int r = 0; r < R; ++r) {
+            const uint8_t* p = wc[s] + 64 * (k * R + r);
+            prefetch(p);
+            if constexpr (F == WeightFormat::Q8) {
+              acc[s][r] = _mm512_dpbusd_epi32(acc[s][r], _mm512_loadu_si512(p), xlo);
+            } else {
               const __m512i v = load_once(p);
               acc[s][r] = _mm512_dpbusd_epi32(acc[s][r], _mm512_and_si512(v, nibble), xlo);
               acc[s][r] = _mm512_dpbusd_epi32(acc[s][r], _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble), xhi);
             }
-        }
+          }
       }
       // As InterleavedTile::one_token_chunk scales and adds them.
       const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + kScalesAt));
