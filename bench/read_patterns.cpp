@@ -1,6 +1,6 @@
 // How fast plain reads of a buffer the size of a decode step's weights run, next to the probe that
-// `tandem bench` divides decode speed by. The probe re-reads 512 MB (best of 3 passes of ~10 ms);
-// a decode step streams 2.6-9.3 GB of weights once, a matrix at a time. This program reads a
+// `tandem bench` divides decode speed by. The probe re-reads 512 MB (best of 3 rounds, each read
+// plainly and with prefetches, ~15 ms a read); a decode step streams 2.6-9.3 GB of weights once, a matrix at a time. This program reads a
 // buffer that size in several patterns, with no arithmetic, so the decode roofline can be read
 // against what a plain read loop achieves in the decode's place (docs/benchmarks.md, "Plain reads
 // of a decode step's size").
@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
     std::memset(buffer.get() + size_t(t) * part, t + 1, part);
   });
 
-  fmt::print("{} threads, probe 512 MB (best of 3), patterns over {:.2f} GB; GB/s\nprobe", pool.size(), bytes / 1e9);
+  fmt::print("{} threads, probe 512 MB (best of 3 rounds, plain and prefetched), patterns over {:.2f} GB; GB/s\nprobe", pool.size(), bytes / 1e9);
   for (const Pattern& p : kPatterns) fmt::print(" {}", p.name);
   fmt::print("\n");
   std::vector<double> probes;
