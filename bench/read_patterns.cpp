@@ -1,9 +1,9 @@
 // How fast plain reads of a buffer the size of a decode step's weights run, next to the probe that
 // `tandem bench` divides decode speed by. The probe re-reads 512 MB (best of 3 rounds, each read
 // plainly and with prefetches, ~15 ms a read); a decode step streams 2.6-9.3 GB of weights once,
-// a matrix at a time. This program reads a buffer that size in several patterns, with no arithmetic, so the decode roofline can be read
-// against what a plain read loop achieves in the decode's place (docs/benchmarks.md, "Plain reads
-// of a decode step's size").
+// a matrix at a time. This program reads a buffer that size in several patterns, with no
+// arithmetic, so the decode roofline can be read against what a plain read loop achieves in the
+// decode's place (docs/benchmarks.md, "Plain reads of a decode step's size").
 //
 //   read_patterns [--gb 3] [--rounds 40] [--threads N]
 //
