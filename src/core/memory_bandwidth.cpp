@@ -67,6 +67,21 @@ uint64_t read_sse2(const uint8_t* p, size_t bytes, size_t ahead) {
   return uint64_t(_mm_cvtsi128_si64(acc[0]));
 }
 
+// The best rate of `passes` rounds of read_all(ahead) over `bytes`, one read per kProbeAheads
+// distance each round.
+template <typename ReadAll>
+double best_read_rate(int passes, size_t bytes, ReadAll read_all) {
+  double best = 0;
+  for (int pass = 0; pass < std::max(1, passes); ++pass)
+    for (const size_t ahead : kProbeAheads) {
+      const auto start = std::chrono::steady_clock::now();
+      read_all(ahead);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      best = std::max(best, double(bytes) / seconds / 1e9);
+    }
+  return best;
+}
+
 }  // namespace
 
 ReadBandwidthProbe::ReadBandwidthProbe(ThreadPool& pool, size_t bytes) : pool_(pool) {
@@ -97,18 +112,12 @@ uint64_t read_in_parts(const uint8_t* p, size_t bytes, size_t prefetch_ahead) {
 double ReadBandwidthProbe::measure(int passes) {
   const uint8_t* base = buffer_.get();
   std::atomic<uint64_t> sink{0};  // keeps the loads
-  double best = 0;
-  for (int pass = 0; pass < std::max(1, passes); ++pass)
-    for (const size_t ahead : kProbeAheads) {
-      const auto start = std::chrono::steady_clock::now();
-      pool_.run([&](int t, int) {
-        const uint8_t* p = base + size_t(t) * chunk_;
-        sink.fetch_add(read_in_parts(p, chunk_, ahead), std::memory_order_relaxed);
-      });
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      best = std::max(best, double(bytes_) / seconds / 1e9);
-    }
-  return best;
+  return best_read_rate(passes, bytes_, [&](size_t ahead) {
+    pool_.run([&](int t, int) {
+      const uint8_t* p = base + size_t(t) * chunk_;
+      sink.fetch_add(read_in_parts(p, chunk_, ahead), std::memory_order_relaxed);
+    });
+  });
 }
 
 std::vector<ByteRange> merge_ranges(std::vector<ByteRange> ranges) {
@@ -156,20 +165,14 @@ double measure_read_bandwidth_of(ThreadPool& pool, std::span<const ByteRange> me
     for (const ByteRange& piece : shares.back()) bytes += piece.bytes;
   }
   if (bytes == 0) return 0;
-  std::atomic<uint64_t> sink{0};
-  double best = 0;
-  for (int pass = 0; pass < std::max(1, passes); ++pass)
-    for (const size_t ahead : kProbeAheads) {
-      const auto start = std::chrono::steady_clock::now();
-      pool.run([&](int t, int) {
-        uint64_t sum = 0;
-        for (const ByteRange& piece : shares[size_t(t)]) sum += read_in_parts(piece.data, piece.bytes, ahead);
-        sink.fetch_add(sum, std::memory_order_relaxed);
-      });
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      best = std::max(best, double(bytes) / seconds / 1e9);
-    }
-  return best;
+  std::atomic<uint64_t> sink{0};  // keeps the loads
+  return best_read_rate(passes, bytes, [&](size_t ahead) {
+    pool.run([&](int t, int) {
+      uint64_t sum = 0;
+      for (const ByteRange& piece : shares[size_t(t)]) sum += read_in_parts(piece.data, piece.bytes, ahead);
+      sink.fetch_add(sum, std::memory_order_relaxed);
+    });
+  });
 }
 
 double measure_read_bandwidth_gb_s(ThreadPool& pool, size_t bytes, int passes) {

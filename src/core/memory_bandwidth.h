@@ -51,11 +51,11 @@ constexpr size_t kReadBlock = 256;
 std::vector<ByteRange> read_share(std::span<const ByteRange> merged, int t, int nt);
 
 // Best of `passes` rounds of reads of `merged` (from merge_ranges: overlaps would be read twice),
-// every pool thread reading its read_share as the probe reads its buffer, in each of its ways. Returns 1e9 bytes per second
-// of the bytes read. Read bandwidth depends on where in physical memory the bytes lie (a dev VM
-// read 512 MB buffers at 55 to 80 GB/s, each buffer at its own speed), so the speed of reading
-// the very bytes a kernel streams is the ceiling that kernel is held to (docs/benchmarks.md,
-// "Where the bytes lie").
+// every pool thread reading its read_share as the probe reads its buffer, in each of its ways.
+// Returns 1e9 bytes per second of the bytes read. Read bandwidth depends on where in physical
+// memory the bytes lie (a dev VM read 512 MB buffers at 55 to 80 GB/s, each buffer at its own
+// speed), so the speed of reading the very bytes a kernel streams is the ceiling that kernel is
+// held to (docs/benchmarks.md, "Where the bytes lie").
 double measure_read_bandwidth_of(ThreadPool& pool, std::span<const ByteRange> merged, int passes);
 
 // One probe with a buffer of its own, freed on return.

@@ -399,8 +399,8 @@ TEST_P(InterleavedMatmul, OneTokenStreamsGiveEveryRowItsOwnSum) {
 
 // One token over Q8/Q4 row groups: any run of rows (one a thread takes from a pass) gives every
 // row exactly what a batch gives it, whether the run's groups split into the streams a core reads
-// side by side (matmul_avx512_vnni_interleaved.cpp, on Zen 5 and Intel) or leave some over: runs of 1-19
-// whole groups, runs that start inside a group, and runs ending in the short last group.
+// side by side (matmul_avx512_vnni_interleaved.cpp, on Zen 5 and Intel) or leave some over: runs
+// of 1-19 whole groups, runs that start inside a group, and runs ending in the short last group.
 TEST_P(InterleavedMatmul, OneTokenRunsGiveEveryRowTheBatchsSum) {
   if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
   const cpu::KernelTable& k = cpu::kernels_for(GetParam());

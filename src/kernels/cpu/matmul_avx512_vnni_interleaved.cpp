@@ -219,11 +219,16 @@ struct InterleavedTile {
     one_token_products(wc, vs, ahead, xc, acc);
     const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + kScalesAt));
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sc + 32 * r)));
-      const __m512 v = _mm512_cvtepi32_ps(acc[r][0]), scale = _mm512_mul_ps(dw, dx);
-      sums[r] = first ? _mm512_mul_ps(v, scale) : _mm512_fmadd_ps(v, scale, sums[r]);
-    }
+    for (int r = 0; r < R; ++r) add_scaled_block_sums(acc[r][0], sc + 32 * r, dx, first, sums[r]);
+  }
+
+  // One row's 16 block sums of a chunk, scaled by its weight scales (f16 at sc) and the token's
+  // (dx), into its float sums (set when first). Every one-token path adds its chunks through this,
+  // so a row's result does not depend on which one read it.
+  static void add_scaled_block_sums(__m512i block_sums, const uint8_t* sc, __m512 dx, bool first, __m512& sum) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
+    const __m512 v = _mm512_cvtepi32_ps(block_sums), scale = _mm512_mul_ps(dw, dx);
+    sum = first ? _mm512_mul_ps(v, scale) : _mm512_fmadd_ps(v, scale, sum);
   }
 
   // The dot products of float sums held in registers into y, as store() does from memory.
@@ -250,7 +255,8 @@ template <WeightFormat F, int S>
 void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xb,
                           float* y) {
   constexpr int R = kInterleaveRows;
-  constexpr int kVectors = InterleavedTile<F, R, 1>::kVectors;
+  using Tile = InterleavedTile<F, R, 1>;
+  constexpr int kVectors = Tile::kVectors;
   const int64_t ahead = prefetch_tuning().decode_ahead / S;
   const int64_t groups_per_stream = r0 % R ? 0 : (std::min(r1, w.rows / R * R) - r0) / R / S;
   const int64_t chunk_step = R * interleaved_chunk_row_bytes(F), chunks = w.cols / kInterleaveChunk;
@@ -298,21 +304,16 @@ void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r
             }
           }
       }
-      // As InterleavedTile::one_token_chunk scales and adds them.
       const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + kScalesAt));
 #pragma GCC unroll 4
       for (int s = 0; s < S; ++s) {
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc[s] + 32 * r)));
-          const __m512 v = _mm512_cvtepi32_ps(acc[s][r]), scale = _mm512_mul_ps(dw, dx);
-          sums[s][r] = ch == 0 ? _mm512_mul_ps(v, scale) : _mm512_fmadd_ps(v, scale, sums[s][r]);
-        }
+        for (int r = 0; r < R; ++r) Tile::add_scaled_block_sums(acc[s][r], sc[s] + 32 * r, dx, ch == 0, sums[s][r]);
         wc[s] += chunk_step;
         sc[s] += chunk_step;
       }
     }
-    for (int s = 0; s < S; ++s) InterleavedTile<F, R, 1>::store_registers(sums[s], first_row[s], y, 0, false);
+    for (int s = 0; s < S; ++s) Tile::store_registers(sums[s], first_row[s], y, 0, false);
   }
   tiled_matmul(tiles, w, r0 + R * S * groups_per_stream, r1, xb, 0, 1, y, 0);
 }
