@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "kernels/cpu/attention_item.h"
+#include "kernels/cpu/prefetch_tuning.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
@@ -101,8 +102,12 @@ void bf16_pairs_in_order(const KvLayerView& kv, State* states, int count) {
 // and fewer loads per FMA; each score still adds its dimensions in order, so the sums are those of
 // one block at a time. qt: the chunk's queries dimension by dimension (QC floats each), one
 // pointer for all of them. QC and NB are template arguments, so that the sums stay in registers.
+// ahead: bytes ahead in each block's keys (continuing into the next block's) whose lines are
+// prefetched into L1 beside the loads; 0: the next block's lines at the same place, into L2
+// (kPrefetch: some block has a next one).
 template <KvDType T, int QC, int NB, bool kPrefetch>
-void group_scores_of(const KvLayerView& kv, const float* qt, const ChunkBlock* cbs, __m512 (*out)[kQueries]) {
+void group_scores_of(const KvLayerView& kv, const float* qt, const ChunkBlock* cbs, int64_t ahead,
+                     __m512 (*out)[kQueries]) {
   __m512 s[NB][QC];
   const char* keys[NB];
   const char* next[NB];  // a block without a next one touches its own lines again: cheaper than a test
@@ -119,7 +124,12 @@ void group_scores_of(const KvLayerView& kv, const float* qt, const ChunkBlock* c
     __m512 k[NB];
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) {
-      if constexpr (kPrefetch) _mm_prefetch(next[j] + at, _MM_HINT_T1);
+      if (ahead > 0) {
+        const int64_t to = at + ahead;
+        _mm_prefetch(to < end ? keys[j] + to : next[j] + (to - end), _MM_HINT_T0);
+      } else if constexpr (kPrefetch) {
+        _mm_prefetch(next[j] + at, _MM_HINT_T1);
+      }
       k[j] = load16<T>(keys[j] + at, 0);
     }
 #pragma GCC unroll 8
@@ -136,11 +146,12 @@ void group_scores_of(const KvLayerView& kv, const float* qt, const ChunkBlock* c
 }
 
 template <KvDType T, int QC, int NB>
-void group_scores(const KvLayerView& kv, const float* qt, const ChunkBlock* cbs, __m512 (*out)[kQueries]) {
+void group_scores(const KvLayerView& kv, const float* qt, const ChunkBlock* cbs, int64_t ahead,
+                  __m512 (*out)[kQueries]) {
   bool prefetch = false;
   for (int j = 0; j < NB; ++j) prefetch |= cbs[j].prefetch_next;
-  if (prefetch) group_scores_of<T, QC, NB, true>(kv, qt, cbs, out);
-  else group_scores_of<T, QC, NB, false>(kv, qt, cbs, out);
+  if (prefetch) group_scores_of<T, QC, NB, true>(kv, qt, cbs, ahead, out);
+  else group_scores_of<T, QC, NB, false>(kv, qt, cbs, ahead, out);
 }
 
 template <KvDType T>
@@ -158,6 +169,12 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states, float* sc
       for (int d = 0; d < D; ++d) qt[int64_t(q0) * D + d * qc + c] = queries.q[q0 + c][d];
   }
   auto transposed = [&](const QueryChunk& ch) { return qt + int64_t(ch.q0) * D; };
+  // Where prefetch_tuning() says so, the key and value streams of a decode item (one chunk of
+  // queries, which reads each block once) prefetch their own lines a fixed number of elements
+  // ahead (docs/kernels.md, "Session 43"). Prefill items' chunks read each block in turn, the
+  // later ones from cache, and keep the next block's prefetch.
+  const int64_t ahead =
+      queries.count <= kQueries ? detail::prefetch_tuning().attention_ahead_elements * kvsize<T>() : 0;
   // One block's softmax step for the chunk's queries: their weights for its slots, and the
   // rescales its values wait for (they are added after the pass's scores).
   auto block_weights = [&](const QueryChunk& ch, const ChunkBlock& cb, const __m512* s, BlockWeights<kQueries>& bw) {
@@ -188,9 +205,9 @@ void run(const AttentionBatch& b, const WorkItem& item, State* states, float* sc
       __m512 s[kBlocksPerPass][kQueries];
       for (int g = 0; g < n; g += NB)
         with_query_count<NB>(n - g < NB ? n - g : NB,
-                             [&](auto m) { group_scores<T, QC, m()>(kv, transposed(ch), cbs + g, s + g); });
+                             [&](auto m) { group_scores<T, QC, m()>(kv, transposed(ch), cbs + g, ahead, s + g); });
       for (int j = 0; j < n; ++j) block_weights(ch, cbs[j], s[j], bw[j]);
-      add_weighted_values_of<Lanes, T, QC, kValueStep>(kv, ch, cbs, n, bw, states);
+      add_weighted_values_of<Lanes, T, QC, kValueStep>(kv, ch, cbs, n, bw, states, ahead);
     });
   });
   if constexpr (T == KvDType::BF16) bf16_pairs_in_order(kv, states, queries.count);

@@ -210,10 +210,12 @@ struct BlockWeights {
 // the stack. Only slots some query of the chunk can see: the others may hold another sequence's
 // leftovers (blocks are reused uncleared), and 0 x NaN would still be NaN. kFullRuns: the step's
 // vectors lie in full value runs (KvLayerView), whose slot stride is a constant (with it read
-// from memory, bf16 decode ran ~15% slower).
+// from memory, bf16 decode ran ~15% slower). ahead: bytes ahead in each block's values (continuing
+// into the next block's) whose lines are prefetched into L1 beside the loads; 0: the next block's
+// lines at the same place, into L2.
 template <class V, KvDType T, int QC, int N, bool kFullRuns, int Q>
 void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock* cbs, int n_blocks,
-                            const BlockWeights<Q>* bw, State* states, int d) {
+                            const BlockWeights<Q>* bw, State* states, int d, int64_t ahead) {
   float* acc_of[QC];
   typename V::type acc[QC][N];
 #pragma GCC unroll 8
@@ -238,9 +240,12 @@ void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const C
   constexpr bool kPairs = V::kBf16Pairs && T == KvDType::BF16 && kFullRuns && N % 2 == 0;
   // Each 64-byte line of the next block once where vectors are narrower than a line.
   constexpr int kVectorsPerLine = 64 / (V::kWidth * int(kvsize<T>())) > 1 ? 64 / (V::kWidth * int(kvsize<T>())) : 1;
+  // One (block, KV head)'s values are block_size * head_dim elements in a row.
+  const int64_t block_bytes = int64_t(kv.head_dim) * kBlock * kvsize<T>();
   for (int j = 0; j < n_blocks; ++j) {
     const ChunkBlock& cb = cbs[j];
     const BlockWeights<Q>& b = bw[j];
+    const char* own = element_address<T>(kv.values, cb.v0);
     if (b.rescaled)
 #pragma GCC unroll 8
       for (int c = 0; c < QC; ++c) {
@@ -249,10 +254,17 @@ void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const C
         for (int n = 0; n < N; ++n) acc[c][n] = V::mul(acc[c][n], r);
       }
     for (int slot = cb.slot_lo; slot <= cb.slot_hi; ++slot) {
-      if (cb.prefetch_next)
+      if (ahead > 0) {
+#pragma GCC unroll 4
+        for (int n = 0; n < N; n += kVectorsPerLine) {
+          const int64_t to = (at[n] + int64_t(slot) * width[n]) * kvsize<T>() + ahead;
+          _mm_prefetch(to < block_bytes ? own + to : cb.next_values + (to - block_bytes), _MM_HINT_T0);
+        }
+      } else if (cb.prefetch_next) {
 #pragma GCC unroll 4
         for (int n = 0; n < N; n += kVectorsPerLine)
           _mm_prefetch(cb.next_values + (at[n] + int64_t(slot) * width[n]) * kvsize<T>(), _MM_HINT_T1);
+      }
       typename V::type v[N];
       if constexpr (kPairs) {
 #pragma GCC unroll 4
@@ -281,17 +293,18 @@ void add_weighted_values_at(const KvLayerView& kv, const QueryChunk& ch, const C
 // allows (each query keeps that many sums in registers), then 2, then 1.
 template <class V, KvDType T, int QC, int kMaxStep, int Q>
 void add_weighted_values_of(const KvLayerView& kv, const QueryChunk& ch, const ChunkBlock* cbs, int n_blocks,
-                            const BlockWeights<Q>* bw, State* states) {
+                            const BlockWeights<Q>* bw, State* states, int64_t ahead = 0) {
   const int D = kv.head_dim, full_runs = D / KvLayerView::value_run_of(T) * KvLayerView::value_run_of(T);
   int d = 0;
   if constexpr (kMaxStep > 2)
     for (; d + kMaxStep * V::kWidth <= full_runs; d += kMaxStep * V::kWidth)
-      add_weighted_values_at<V, T, QC, kMaxStep, true>(kv, ch, cbs, n_blocks, bw, states, d);
+      add_weighted_values_at<V, T, QC, kMaxStep, true>(kv, ch, cbs, n_blocks, bw, states, d, ahead);
   constexpr int kStep = 2 * V::kWidth;
   for (; d + kStep <= full_runs; d += kStep)
-    add_weighted_values_at<V, T, QC, 2, true>(kv, ch, cbs, n_blocks, bw, states, d);
-  for (; d + kStep <= D; d += kStep) add_weighted_values_at<V, T, QC, 2, false>(kv, ch, cbs, n_blocks, bw, states, d);
-  if (d < D) add_weighted_values_at<V, T, QC, 1, false>(kv, ch, cbs, n_blocks, bw, states, d);
+    add_weighted_values_at<V, T, QC, 2, true>(kv, ch, cbs, n_blocks, bw, states, d, ahead);
+  for (; d + kStep <= D; d += kStep)
+    add_weighted_values_at<V, T, QC, 2, false>(kv, ch, cbs, n_blocks, bw, states, d, ahead);
+  if (d < D) add_weighted_values_at<V, T, QC, 1, false>(kv, ch, cbs, n_blocks, bw, states, d, ahead);
 }
 
 // Calls f(std::integral_constant<int, qc>{}) for a chunk's query count qc in [1, Q]: the kernels'

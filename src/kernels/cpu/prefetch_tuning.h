@@ -26,6 +26,13 @@
 // 0.86-0.88; 4 KB ahead each read 5% less, 1 KB and 3 KB about the same. Its one-token BF16
 // streams, with no software prefetch until then, read 0.86-0.88 of that probe and 0.97-0.98 with
 // every line prefetched into L1 2 KB ahead.
+// Session 43, same Xeon: decode attention's key and value walks prefetched the next block (a pass
+// later) into L2 and read 0.72-0.75 of the probe at 131072 keys; every line of each block's own
+// stream prefetched into L1 512 elements ahead (f32 2 KB, bf16 1 KB) read 0.86-0.89 (f32 decode
+// 26 -> 31 GB/s, bf16 27 -> 31, 8 sequences of 8192 keys f32 25 -> 30; E4B q4 decode at 8192
+// tokens of context 9.04 -> 9.38 tok/s). 1 KB (f32) or 2 KB (bf16) ahead read a few percent less,
+// 4 KB more so. Prefill items, whose query chunks reread each block from cache, keep the next
+// block's prefetch.
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -42,6 +49,9 @@ struct PrefetchTuning {
   int decode_streams = 0;
   // Bytes ahead of the one-token BF16/F16 streams' loads, into L1; 0: none.
   int64_t float_decode_ahead = 0;
+  // AVX-512 attention: elements ahead of the loads in each KV block's keys and values (running on
+  // into the next block a pass later), into L1; 0: that next block's lines at the same place, into L2.
+  int64_t attention_ahead_elements = 0;
 };
 
 inline const PrefetchTuning& prefetch_tuning() {
@@ -49,7 +59,7 @@ inline const PrefetchTuning& prefetch_tuning() {
     const CpuFeatures& f = cpu_features();
     const bool zen5_or_later = f.amd && f.family >= 0x1a;
     if (zen5_or_later) return PrefetchTuning{8192, true, 8192, 2, 0};
-    if (f.intel) return PrefetchTuning{8192, false, 0, 4, 2048};
+    if (f.intel) return PrefetchTuning{8192, false, 0, 4, 2048, 512};
     return PrefetchTuning{};
   }();
   return tuning;
