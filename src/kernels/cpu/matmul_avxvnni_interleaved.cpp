@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/prefetch_tuning.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avxvnni")
