@@ -292,8 +292,9 @@ void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r
         // One loop over the S x R vectors, unrolled 4 times rather than fully: GCC then keeps the
         // accumulators in memory (a load and a store beside each vpdpbusd, all in L1), and on the
         // Xeon that walk read 4-6% more of the bandwidth than the fully unrolled one with the
-        // accumulators in registers (docs/kernels.md, "Session 43": E4B q4 decode roofline
-        // 0.85-0.86 -> 0.89-0.90, q8 0.85 -> 0.89). Same vectors, same order.
+        // accumulators in registers (docs/kernels.md, "Session 43": E4B decode at a short
+        // context, q4 0.85-0.86 -> 0.89-0.90 of the probe, q8 0.85 -> 0.89). Same vectors, same
+        // order.
 #pragma GCC unroll 4
         for (int i = 0; i < S * R; ++i) {
           const int s = i / R, r = i % R;

@@ -1,5 +1,5 @@
 #pragma once
-// Where the AVX-512 tiles' software prefetches go, by core (docs/kernels.md, "Prefetch on Zen 5").
+// Where the CPU kernels' software prefetches go, by core (docs/kernels.md, "Prefetch on Zen 5").
 //
 // Batched tiles prefetch the next row group, one line beside each load. A one-token tile of the row
 // groups reads its group as one sequential stream. On Zen 4 the hardware prefetchers follow such a
