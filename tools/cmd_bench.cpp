@@ -50,6 +50,24 @@ std::vector<int32_t> bench_prompt(int n, int vocab, uint32_t seed) {
   return ids;
 }
 
+// The bytes of K/V cache the attention of one decoded token reads, averaged over the decode steps
+// at positions [first_position, first_position + steps): every layer reads the keys and values its
+// position sees in its cache (a KV-sharing layer its donor's), all of them on full-attention layers
+// and the last sliding_window on sliding ones. The roofline counts weight bytes only; at long
+// contexts these reads are as large (E4B q4 at 32768 tokens, f32 cache: ~1.9 GB against 2.6).
+double kv_bytes_read_per_token(const Gemma4Config& c, KvDType dtype, int first_position, int steps) {
+  const double element = dtype == KvDType::BF16 ? 2.0 : 4.0;
+  double total = 0;
+  for (int i = 0; i < steps; ++i) {
+    const int64_t keys = int64_t(first_position) + i + 1;
+    for (const LayerConfig& layer : c.layers) {
+      const int64_t visible = layer.kind == AttentionKind::Sliding ? std::min<int64_t>(keys, c.sliding_window) : keys;
+      total += double(visible) * layer.num_kv_heads * layer.head_dim * 2 * element;
+    }
+  }
+  return steps > 0 ? total / steps : 0.0;
+}
+
 // Cold PLE rows are disk reads (Gemma4Checkpoint::warm_ple_table). A server's page cache warms
 // over its first requests; the bench measures that steady state: the whole table in the page
 // cache when it fits, else at least the rows of the timed prompt.
@@ -229,6 +247,9 @@ void bench(const BenchOptions& o) {
   double job_bytes_per_token = 0;
   for (float b : per_rank) job_bytes_per_token += double(b);
   const double roofline = decode_tok_s * job_bytes_per_token / (read_bw * 1e9);
+  // The single sequence decodes o.gen - 1 steps after its prompt, at positions o.prompt on.
+  const double kv_bytes_per_token = kv_bytes_read_per_token(c, kv.dtype, o.prompt, o.gen - 1);
+  const double roofline_with_kv = decode_tok_s * (job_bytes_per_token + kv_bytes_per_token) / (read_bw * 1e9);
   const double buffer_roofline = decode_tok_s * job_bytes_per_token / (buffer_read_bw * 1e9);
   const char* read_what = probe_weights ? "weights" : "buffer";
 
@@ -247,6 +268,8 @@ void bench(const BenchOptions& o) {
         {"read_bw_of", read_what},
         {"buffer_read_bw_gb_s", buffer_read_bw},
         {"buffer_roofline", buffer_roofline},
+        {"kv_bytes_per_token", kv_bytes_per_token},
+        {"roofline_with_kv", roofline_with_kv},
         {"batch", o.batch},
         {"batch_decode_tok_s", batch_tok_s},
         {"ranks", comm.size()},
@@ -269,12 +292,14 @@ void bench(const BenchOptions& o) {
   fmt::print("batched decode  {:.2f} tok/s aggregate ({} sequences, {:.2f}x single)\n", batch_tok_s, o.batch,
              batch_tok_s / decode_tok_s);
   fmt::print("weights/token   {:.3f} GB streamed\n", job_bytes_per_token / 1e9);
+  fmt::print("KV cache/token  {:.3f} GB read by attention (mean over the decode steps)\n", kv_bytes_per_token / 1e9);
   fmt::print("read bandwidth  {:.1f} GB/s reading the {} ({:.1f} GB/s a separate {} MB buffer; probes between decode "
              "segments of {} tokens)\n",
              read_bw, probe_weights ? "weights' own memory" : "buffer (mapped or small weights)", buffer_read_bw,
              probe.bytes() >> 20, kSegmentTokens);
-  fmt::print("roofline        {:.2f} (decode bytes/s over read bandwidth; {:.2f} against the buffer)\n", roofline,
-             buffer_roofline);
+  fmt::print("roofline        {:.2f} (weight bytes/s over read bandwidth; {:.2f} against the buffer; {:.2f} with the "
+             "KV cache's bytes)\n",
+             roofline, buffer_roofline, roofline_with_kv);
   fmt::print("peak RSS        {:.2f} GB per rank\n", fmt::join(rss_gb, " / "));
   if (comm.size() > 1) fmt::print("communication   {:.2f} ms per decoded token\n", comm_per_token * 1e3);
 }

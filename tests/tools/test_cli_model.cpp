@@ -160,6 +160,41 @@ TEST(Bench, JsonReportsEveryKeyAndTheRooflineRatio) {
   EXPECT_EQ(out["batch"].get<int>(), 3);
 }
 
+// kv_bytes_per_token: the K/V bytes one decoded token's attention reads, from the published
+// config's fields: each layer the keys its position sees (sliding layers at most the window) times
+// its KV heads, head size, K and V, and the element size; the mean over the decode steps (a prompt
+// of 40 and 3 tokens: steps at positions 40 and 41). roofline_with_kv adds them to the weights.
+TEST(Bench, KvBytesPerTokenCountWhatEachLayerReads) {
+  const std::string model = test::synth_checkpoint("tiny");
+  json config = json::parse(test::read_file(model + "/config.json"));
+  if (config.contains("text_config")) config = config["text_config"];
+  const int window = config["sliding_window"].get<int>();
+  double expected_f32 = 0;
+  for (int position : {40, 41}) {
+    for (const auto& type : config["layer_types"]) {
+      const bool full = type.get<std::string>() == "full_attention";
+      const json& global_heads = config["num_global_key_value_heads"];
+      const int heads =
+          full && !global_heads.is_null() ? global_heads.get<int>() : config["num_key_value_heads"].get<int>();
+      const int head_dim = full ? config["global_head_dim"].get<int>() : config["head_dim"].get<int>();
+      const int keys = full ? position + 1 : std::min(position + 1, window);
+      expected_f32 += double(keys) * heads * head_dim * 2 * 4 / 2;  // mean of the two steps
+    }
+  }
+  for (const std::string dtype : {"f32", "bf16"}) {
+    auto r = test::run(
+        tandem_cmd("bench --model " + model + " --prompt 40 --gen 3 --batch 1 --threads 2 --json --kv-dtype " + dtype));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json out = json::parse(r.out);
+    const double expected = dtype == "f32" ? expected_f32 : expected_f32 / 2;
+    EXPECT_DOUBLE_EQ(out["kv_bytes_per_token"].get<double>(), expected) << dtype;
+    const double with_kv = out["decode_tok_s"].get<double>() *
+                           (out["weight_bytes_per_token"].get<double>() + out["kv_bytes_per_token"].get<double>()) /
+                           (out["read_bw_gb_s"].get<double>() * 1e9);
+    EXPECT_NEAR(out["roofline_with_kv"].get<double>(), with_kv, 1e-6 * with_kv) << dtype;
+  }
+}
+
 // --weight-layout: auto loads the row groups (interleaved) wherever this CPU's kernels read them,
 // for one sequence as for batches; an explicit choice wins; mapped weights cannot be rearranged.
 TEST(Bench, WeightLayoutAutoTakesTheRowGroupsTheKernelsRead) {
