@@ -56,7 +56,7 @@ std::vector<int32_t> bench_prompt(int n, int vocab, uint32_t seed) {
 // and the last sliding_window on sliding ones. The roofline counts weight bytes only; at long
 // contexts these reads are as large (E4B q4 at 32768 tokens, f32 cache: ~1.9 GB against 2.6).
 double kv_bytes_read_per_token(const Gemma4Config& c, KvDType dtype, int first_position, int steps) {
-  const double element = dtype == KvDType::BF16 ? 2.0 : 4.0;
+  const double element = double(kv_dtype_size(dtype));
   double total = 0;
   for (int i = 0; i < steps; ++i) {
     const int64_t keys = int64_t(first_position) + i + 1;
