@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/prefetch_tuning.h"
 #include "matrix_factory.h"
 
 namespace tandem::test {
@@ -276,34 +277,40 @@ TEST_P(InterleavedMatmul, BatchedDecodeGivesEachTokenItsOwnResult) {
   ThreadPool pool(2);
   std::mt19937 rng(12);
   constexpr int64_t kCols = 4608;
-  for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::BF16, WeightFormat::F16})
-    for (int64_t rows : {6, 37, 70}) {
-      const OwnedMatrix m = interleaved_copy(random_matrix(f, rows, kCols, false, rng));
-      const bool tiles_for_batches_only = k.isa == Isa::Avx512Amx && f == WeightFormat::BF16;
-      for (int64_t n : {2, 5, 8, 11, 15}) {
-        const std::string what = std::string(weight_format_name(f)) + " " + std::to_string(rows) + " rows n=" +
-                                 std::to_string(n);
-        check(k, pool, m.view, n, rng, what);
-        const std::vector<float> x = random_vector(size_t(n * kCols), rng);
-        std::vector<float> batched(size_t(n * rows)), pair_x(size_t(2 * kCols)), paired(size_t(2 * rows)),
-            alone(static_cast<size_t>(rows));
-        cpu::matmul(pool, k, m.view, x.data(), kCols, n, batched.data(), rows);
-        for (int64_t i = 0; i < n; ++i) {
-          // Token i second, after the token that follows it in the batch.
-          std::copy_n(x.begin() + ((i + 1) % n) * kCols, kCols, pair_x.begin());
-          std::copy_n(x.begin() + i * kCols, kCols, pair_x.begin() + kCols);
-          cpu::matmul(pool, k, m.view, pair_x.data(), kCols, 2, paired.data(), rows);
-          cpu::matmul(pool, k, m.view, x.data() + i * kCols, kCols, 1, alone.data(), rows);
-          for (int64_t r = 0; r < rows; ++r) {
-            ASSERT_EQ(batched[size_t(i * rows + r)], paired[size_t(rows + r)])
-                << what << ": token " << i << " row " << r;
-            if (!tiles_for_batches_only) {
-              ASSERT_EQ(batched[size_t(i * rows + r)], alone[size_t(r)]) << what << ": token " << i << " row " << r;
+  // Both shapes of the AVX-512 Q8/Q4 batch tiles, whichever this CPU takes.
+  for (bool wide_batch_tiles : {false, true}) {
+    cpu::detail::PrefetchTuning tuning = cpu::detail::prefetch_tuning();
+    tuning.wide_batch_tiles = wide_batch_tiles;
+    const cpu::detail::ScopedPrefetchTuning scoped(tuning);
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::BF16, WeightFormat::F16})
+      for (int64_t rows : {6, 37, 70}) {
+        const OwnedMatrix m = interleaved_copy(random_matrix(f, rows, kCols, false, rng));
+        const bool tiles_for_batches_only = k.isa == Isa::Avx512Amx && f == WeightFormat::BF16;
+        for (int64_t n : {2, 5, 8, 11, 15}) {
+          const std::string what = std::string(weight_format_name(f)) + " " + std::to_string(rows) + " rows n=" +
+                                   std::to_string(n) + (wide_batch_tiles ? " (2 x 8 tiles)" : " (4 x 4 tiles)");
+          check(k, pool, m.view, n, rng, what);
+          const std::vector<float> x = random_vector(size_t(n * kCols), rng);
+          std::vector<float> batched(size_t(n * rows)), pair_x(size_t(2 * kCols)), paired(size_t(2 * rows)),
+              alone(static_cast<size_t>(rows));
+          cpu::matmul(pool, k, m.view, x.data(), kCols, n, batched.data(), rows);
+          for (int64_t i = 0; i < n; ++i) {
+            // Token i second, after the token that follows it in the batch.
+            std::copy_n(x.begin() + ((i + 1) % n) * kCols, kCols, pair_x.begin());
+            std::copy_n(x.begin() + i * kCols, kCols, pair_x.begin() + kCols);
+            cpu::matmul(pool, k, m.view, pair_x.data(), kCols, 2, paired.data(), rows);
+            cpu::matmul(pool, k, m.view, x.data() + i * kCols, kCols, 1, alone.data(), rows);
+            for (int64_t r = 0; r < rows; ++r) {
+              ASSERT_EQ(batched[size_t(i * rows + r)], paired[size_t(rows + r)])
+                  << what << ": token " << i << " row " << r;
+              if (!tiles_for_batches_only) {
+                ASSERT_EQ(batched[size_t(i * rows + r)], alone[size_t(r)]) << what << ": token " << i << " row " << r;
+              }
             }
           }
         }
       }
-    }
+  }
 }
 
 // Every float32 bit of the activations counts, on every path: with one power-of-two weight per

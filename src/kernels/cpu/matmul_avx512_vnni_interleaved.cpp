@@ -96,7 +96,7 @@ struct InterleavedTile {
         }
 #pragma GCC unroll 12
         for (int t = 0; t < T; ++t) {
-          const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * k);
+          const __m512i xv = load_once(xc + t * x_stride + 64 * k);
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], wv[r], xv);
         }
@@ -111,12 +111,12 @@ struct InterleavedTile {
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           prefetch(w0 + ahead + k * vs + 64 * r);
-          packed[r] = _mm512_loadu_si512(w0 + k * vs + 64 * r);
+          packed[r] = load_once(w0 + k * vs + 64 * r);
           codes[r] = _mm512_and_si512(packed[r], nibble);
         }
 #pragma GCC unroll 12
         for (int t = 0; t < T; ++t) {
-          const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * k);
+          const __m512i xv = load_once(xc + t * x_stride + 64 * k);
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], codes[r], xv);
         }
@@ -124,7 +124,7 @@ struct InterleavedTile {
         for (int r = 0; r < R; ++r) codes[r] = _mm512_and_si512(_mm512_srli_epi16(packed[r], 4), nibble);
 #pragma GCC unroll 12
         for (int t = 0; t < T; ++t) {
-          const __m512i xv = _mm512_load_si512(xc + t * x_stride + 64 * (k + 4));
+          const __m512i xv = load_once(xc + t * x_stride + 64 * (k + 4));
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], codes[r], xv);
         }
@@ -348,32 +348,58 @@ TileSet make_tiles() {
 }
 
 // Batched decode (2-15 tokens) walks a row group's columns in blocks, and within a block runs
-// every token tile of 4 over it (4 x 4 tiles; fewer rows or tokens at the ends), so the block's
-// weights come from DRAM for the first token tile and from L1 for the others. The float sums of
-// all token tiles (1 KB per tile) wait across the blocks and are reduced once per group. Each dot product
-// still adds its chunks in column order, so the result does not depend on the block size.
+// every tile over it: the group's rows in parts (the whole group of 4, or two halves of 2), each
+// part with every token tile, so the block's weights come from DRAM for a part's first token tile
+// and from L1 for the others. The float sums of all tiles (1 KB each) wait across the blocks and
+// are reduced once per group. Each dot product still adds its chunks in column order, so the result
+// does not depend on the block size or on the tile shape.
+//
+// Tiles are 4 rows x 4 tokens, or (prefetch_tuning().wide_batch_tiles, for 5 tokens or more) 2 rows
+// x up to 8 tokens. On an Intel Xeon with AMX (session 44) a batch of 8 in 2 x 8 tiles reads each
+// weight line once, where 4 x 4 tiles take it from DRAM and then again from L1: kernels_bench
+// Batch8 from DRAM, 2 threads, q4 495-505 -> 535-565 GOP/s, q8 306-332 -> 353-369 (one core from
+// cache the same: q4 ~355 either way), and E4B q4 batches of 8 49-50 -> 53 tok/s. 2 x 8 holds its
+// 16 accumulators beside 2 weight lines and one activation vector, but reads an activation vector
+// for every 2 vpdpbusd (4 x 4: every 4), which costs it ~25% against 4 x 4 with both from L1
+// (docs/kernels.md, "Session 44"). Zen 4 had measured 2 x 8 far slower (see the dispatcher below);
+// Zen 5 was not measured, so it keeps 4 x 4.
 using ChunksFn = void (*)(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t ch0,
                          int64_t ch1, bool first, int64_t ahead, float* sums);
 using StoreFn = void (*)(const float* sums, int64_t row, float* y, int64_t y_stride, bool accumulate);
-constexpr int kBatchRows = kInterleaveRows, kBatchTokens = 4, kMaxBatchTiles = 4, kMaxPassGroups = 8;
+constexpr int kMaxBatchTiles = 4, kMaxPassGroups = 8;
+constexpr int64_t kTileSums = 16 * 16;  // floats per tile: R x T <= 16 accumulators of 16 lanes
 constexpr int64_t kL1ActivationBytes = 32 << 10;
+
+// Every tile of at most Rows rows and Tokens tokens: chunks[r - 1][t - 1] for r rows and t tokens.
+template <int Rows, int Tokens>
 struct BatchTiles {
-  ChunksFn chunks[kBatchRows][kBatchTokens];
-  StoreFn store[kBatchRows][kBatchTokens];
+  static_assert(Rows * Tokens * 16 <= kTileSums);
+  ChunksFn chunks[Rows][Tokens];
+  StoreFn store[Rows][Tokens];
 };
 
-template <WeightFormat F, int Hint, int R, int... Ts>
-void fill_batch_row(BatchTiles& b, std::integer_sequence<int, Ts...>) {
+template <WeightFormat F, int Hint, int Rows, int Tokens, int R, int... Ts>
+void fill_batch_row(BatchTiles<Rows, Tokens>& b, std::integer_sequence<int, Ts...>) {
   ((b.chunks[R - 1][Ts] = &InterleavedTile<F, R, Ts + 1, Hint>::chunks,
     b.store[R - 1][Ts] = &InterleavedTile<F, R, Ts + 1, Hint>::store),
    ...);
 }
 
-template <WeightFormat F, int Hint, int... Rs>
-BatchTiles make_batch_tiles(std::integer_sequence<int, Rs...>) {
-  BatchTiles b{};
-  (fill_batch_row<F, Hint, Rs + 1>(b, std::make_integer_sequence<int, kBatchTokens>{}), ...);
+template <WeightFormat F, int Hint, int Rows, int Tokens, int... Rs>
+BatchTiles<Rows, Tokens> make_batch_tiles(std::integer_sequence<int, Rs...>) {
+  BatchTiles<Rows, Tokens> b{};
+  (fill_batch_row<F, Hint, Rows, Tokens, Rs + 1>(b, std::make_integer_sequence<int, Tokens>{}), ...);
   return b;
+}
+
+// One shape's tiles, with their prefetches into L1 or L2 (prefetch_tuning().batch_into_l1).
+template <WeightFormat F, int Rows, int Tokens>
+const BatchTiles<Rows, Tokens>& batch_tiles() {
+  static const auto into_l2 =
+      make_batch_tiles<F, _MM_HINT_T1, Rows, Tokens>(std::make_integer_sequence<int, Rows>{});
+  static const auto into_l1 =
+      make_batch_tiles<F, _MM_HINT_T0, Rows, Tokens>(std::make_integer_sequence<int, Rows>{});
+  return prefetch_tuning().batch_into_l1 ? into_l1 : into_l2;
 }
 
 // Columns go in blocks of at most 4 Q8 chunks (2048 columns: a 4-row tile's 8.5 KB of weights and
@@ -390,17 +416,10 @@ BatchTiles make_batch_tiles(std::integer_sequence<int, Rs...>) {
 //   and from DRAM with one block, 2560 x 10240 unchanged (0.99); E4B q4 batches of 8, steps alternated
 //   likewise: 1.00-1.05x, median 1.036, against ~1.01 for the harness against itself). Q8 in
 //   blocks of 5 read 0.94x from DRAM: 10 KB of weights beside 26 KB of activations crowd L1.
-template <WeightFormat F>
+template <WeightFormat F, int Rows, int Tokens>
 void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
                     float* y, int64_t y_stride) {
-  static const BatchTiles into_l2 = make_batch_tiles<F, _MM_HINT_T1>(std::make_integer_sequence<int, kBatchRows>{});
-  static const BatchTiles into_l1 = make_batch_tiles<F, _MM_HINT_T0>(std::make_integer_sequence<int, kBatchRows>{});
-  const BatchTiles& tiles = prefetch_tuning().batch_into_l1 ? into_l1 : into_l2;
-  constexpr int64_t kMaxTokens = kBatchTokens * kMaxBatchTiles;
-  for (int64_t t0 = kMaxTokens; t0 < n; t0 += kMaxTokens)  // only reached if the panels' threshold moves
-    batched_matmul<F>(w, r0, r1, xq + t0 * xq_stride, xq_stride, std::min(kMaxTokens, n - t0), y + t0 * y_stride,
-                      y_stride);
-  n = std::min(n, kMaxTokens);
+  const BatchTiles<Rows, Tokens>& tiles = batch_tiles<F, Rows, Tokens>();
   const int64_t chunks = w.cols / kInterleaveChunk;
   constexpr int64_t kMaxBlockChunks = F == WeightFormat::Q4 ? 5 : 4;
   const int64_t blocks = (chunks + kMaxBlockChunks - 1) / kMaxBlockChunks, block = (chunks + blocks - 1) / blocks;
@@ -416,9 +435,17 @@ void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t
   // beside each load, are the next ones it reads (one tile's work ahead; those of a pass's last
   // group wait a whole block of the pass); the distance was not tuned again.
   const int pass_groups = n * xq_stride > kL1ActivationBytes ? kMaxPassGroups : 1;
-  const int tiles_per_group = int((n + kBatchTokens - 1) / kBatchTokens);
-  constexpr int64_t kTileSums = kBatchRows * kBatchTokens * 16;
+  // Token tiles of at most Tokens, as even as they come (9 tokens in tiles of 8: 5 and 4).
+  const int token_tiles = int((n + Tokens - 1) / Tokens), tile_tokens = int((n + token_tiles - 1) / token_tiles);
+  const int tiles_per_group = token_tiles * (kInterleaveRows / Rows);
   alignas(64) float sums[kMaxPassGroups * kMaxBatchTiles * kTileSums];
+  // Calls fn(tile, first row, rows, first token, tokens) for each tile of a group's rows.
+  const auto for_each_tile = [&](int64_t group_row, int group_rows, auto&& fn) {
+    int tile = 0;
+    for (int part = 0; part < group_rows; part += Rows)
+      for (int64_t t = 0; t < n; t += tile_tokens)
+        fn(tile++, group_row + part, std::min(Rows, group_rows - part), t, int(std::min<int64_t>(tile_tokens, n - t)));
+  };
   for (int64_t r = r0; r < r1;) {
     int64_t first_row[kMaxPassGroups];
     int rows[kMaxPassGroups];
@@ -427,26 +454,34 @@ void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t
       first_row[groups] = g;
       rows[groups] = int(std::min<int64_t>(interleaved_group_rows(w, g) - g % kInterleaveRows, r1 - g));
     }
-    const auto tile_sums = [&](int g, int64_t t) {
-      return sums + kTileSums * (g * tiles_per_group + t / kBatchTokens);
-    };
+    const auto tile_sums = [&](int g, int tile) { return sums + kTileSums * (g * tiles_per_group + tile); };
     for (int64_t c0 = 0; c0 < chunks; c0 += block) {
       const int64_t c1 = std::min(chunks, c0 + block);
       for (int g = 0; g < groups; ++g)
-        for (int64_t t = 0; t < n; t += kBatchTokens) {
-          const int tt = int(std::min<int64_t>(kBatchTokens, n - t));
-          tiles.chunks[rows[g] - 1][tt - 1](w, first_row[g], xq + t * xq_stride, xq_stride, c0, c1, c0 == 0,
-                                            next_group, tile_sums(g, t));
-        }
+        for_each_tile(first_row[g], rows[g], [&](int tile, int64_t row, int tr, int64_t t, int tt) {
+          tiles.chunks[tr - 1][tt - 1](w, row, xq + t * xq_stride, xq_stride, c0, c1, c0 == 0, next_group,
+                                       tile_sums(g, tile));
+        });
     }
     for (int g = 0; g < groups; ++g) {
-      for (int64_t t = 0; t < n; t += kBatchTokens) {
-        const int tt = int(std::min<int64_t>(kBatchTokens, n - t));
-        tiles.store[rows[g] - 1][tt - 1](tile_sums(g, t), first_row[g], y + t * y_stride, y_stride, false);
-      }
+      for_each_tile(first_row[g], rows[g], [&](int tile, int64_t row, int tr, int64_t t, int tt) {
+        tiles.store[tr - 1][tt - 1](tile_sums(g, tile), row, y + t * y_stride, y_stride, false);
+      });
       r += rows[g];
     }
   }
+}
+
+template <WeightFormat F>
+void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
+                    float* y, int64_t y_stride) {
+  constexpr int64_t kMaxTokens = 16;  // 4 token tiles of 4, or 2 of 8
+  for (int64_t t0 = kMaxTokens; t0 < n; t0 += kMaxTokens)  // only reached if the panels' threshold moves
+    batched_matmul<F>(w, r0, r1, xq + t0 * xq_stride, xq_stride, std::min(kMaxTokens, n - t0), y + t0 * y_stride,
+                      y_stride);
+  n = std::min(n, kMaxTokens);
+  if (n > 4 && prefetch_tuning().wide_batch_tiles) return batched_matmul<F, 2, 8>(w, r0, r1, xq, xq_stride, n, y, y_stride);
+  batched_matmul<F, kInterleaveRows, 4>(w, r0, r1, xq, xq_stride, n, y, y_stride);
 }
 
 }  // namespace

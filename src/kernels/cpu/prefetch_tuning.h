@@ -60,17 +60,38 @@ struct PrefetchTuning {
   // Bytes ahead of the AVX2/AVX-VNNI one-token Q8/Q4 streams' chunks whose lines are prefetched
   // into L1 as each chunk starts; 0: none.
   int64_t avx2_decode_ahead = 0;
+  // AVX-512 Q8/Q4 batches of 5-16 tokens in tiles of 2 rows x up to 8 tokens, each weight line read
+  // once for 8 tokens (else 4 x 4; matmul_avx512_vnni_interleaved.cpp).
+  bool wide_batch_tiles = false;
 };
 
-inline const PrefetchTuning& prefetch_tuning() {
-  static const PrefetchTuning tuning = [] {
+// This CPU's choices; tests swap in another core's through ScopedPrefetchTuning.
+inline PrefetchTuning& tuning_for_this_cpu() {
+  static PrefetchTuning tuning = [] {
     const CpuFeatures& f = cpu_features();
     const bool zen5_or_later = f.amd && f.family >= 0x1a;
     if (zen5_or_later) return PrefetchTuning{8192, true, 8192, 2, 0};
-    if (f.intel) return PrefetchTuning{8192, false, 0, 4, 2048, 512, 2048};
+    if (f.intel) return PrefetchTuning{8192, false, 0, 4, 2048, 512, 2048, true};
     return PrefetchTuning{};
   }();
   return tuning;
 }
+
+inline const PrefetchTuning& prefetch_tuning() { return tuning_for_this_cpu(); }
+
+// Tests: the kernels run with another core's choices while this lives, so that every path is
+// checked on whichever CPU runs them. Set it while no kernel runs.
+class ScopedPrefetchTuning {
+ public:
+  explicit ScopedPrefetchTuning(const PrefetchTuning& tuning) : saved_(tuning_for_this_cpu()) {
+    tuning_for_this_cpu() = tuning;
+  }
+  ~ScopedPrefetchTuning() { tuning_for_this_cpu() = saved_; }
+  ScopedPrefetchTuning(const ScopedPrefetchTuning&) = delete;
+  ScopedPrefetchTuning& operator=(const ScopedPrefetchTuning&) = delete;
+
+ private:
+  PrefetchTuning saved_;
+};
 
 }  // namespace tandem::cpu::detail
