@@ -358,11 +358,12 @@ TileSet make_tiles() {
 // x up to 8 tokens. On an Intel Xeon with AMX (session 44) a batch of 8 in 2 x 8 tiles reads each
 // weight line once, where 4 x 4 tiles take it from DRAM and then again from L1: kernels_bench
 // Batch8 from DRAM, 2 threads, q4 495-505 -> 535-565 GOP/s, q8 306-332 -> 353-369 (one core from
-// cache the same: q4 ~355 either way), and E4B q4 batches of 8 49-50 -> 53 tok/s. 2 x 8 holds its
-// 16 accumulators beside 2 weight lines and one activation vector, but reads an activation vector
-// for every 2 vpdpbusd (4 x 4: every 4), which costs it ~25% against 4 x 4 with both from L1
-// (docs/kernels.md, "Session 44"). Zen 4 had measured 2 x 8 far slower (see the dispatcher below);
-// Zen 5 was not measured, so it keeps 4 x 4.
+// cache the same: q4 ~355 either way), and E4B q4 batches of 8 50.6-50.8 -> 53.4-54.8 tok/s. 2 x 8
+// holds its 16 accumulators beside 2 weight lines and one activation vector, and loads an
+// activation vector for every 2 vpdpbusd (4 x 4: every 4), each once into a register: folded into
+// both vpdpbusd as memory operands, as GCC had done, it ran ~8% slower from cache (docs/kernels.md,
+// "Session 44"). Zen 4 had measured 2 x 8 far slower (see the dispatcher below); Zen 5 was not
+// measured, so it keeps 4 x 4.
 using ChunksFn = void (*)(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t ch0,
                          int64_t ch1, bool first, int64_t ahead, float* sums);
 using StoreFn = void (*)(const float* sums, int64_t row, float* y, int64_t y_stride, bool accumulate);
