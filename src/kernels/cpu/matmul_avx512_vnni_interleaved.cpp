@@ -367,7 +367,7 @@ TileSet make_tiles() {
 using ChunksFn = void (*)(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t ch0,
                          int64_t ch1, bool first, int64_t ahead, float* sums);
 using StoreFn = void (*)(const float* sums, int64_t row, float* y, int64_t y_stride, bool accumulate);
-constexpr int kMaxBatchTiles = 4, kMaxPassGroups = 8;
+constexpr int kMaxBatchTokens = 16, kMaxBatchTiles = 4, kMaxPassGroups = 8;
 constexpr int64_t kTileSums = 16 * 16;  // floats per tile: R x T <= 16 accumulators of 16 lanes
 constexpr int64_t kL1ActivationBytes = 32 << 10;
 
@@ -420,6 +420,7 @@ const BatchTiles<Rows, Tokens>& batch_tiles() {
 template <WeightFormat F, int Rows, int Tokens>
 void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
                     float* y, int64_t y_stride) {
+  static_assert(kMaxBatchTokens / Tokens * (kInterleaveRows / Rows) <= kMaxBatchTiles, "a group's tiles fit sums");
   const BatchTiles<Rows, Tokens>& tiles = batch_tiles<F, Rows, Tokens>();
   const int64_t chunks = w.cols / kInterleaveChunk;
   constexpr int64_t kMaxBlockChunks = F == WeightFormat::Q4 ? 5 : 4;
@@ -476,11 +477,10 @@ void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t
 template <WeightFormat F>
 void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
                     float* y, int64_t y_stride) {
-  constexpr int64_t kMaxTokens = 16;  // 4 token tiles of 4, or 2 of 8
-  for (int64_t t0 = kMaxTokens; t0 < n; t0 += kMaxTokens)  // only reached if the panels' threshold moves
-    batched_matmul<F>(w, r0, r1, xq + t0 * xq_stride, xq_stride, std::min(kMaxTokens, n - t0), y + t0 * y_stride,
-                      y_stride);
-  n = std::min(n, kMaxTokens);
+  for (int64_t t0 = kMaxBatchTokens; t0 < n; t0 += kMaxBatchTokens)  // only reached if the panels' threshold moves
+    batched_matmul<F>(w, r0, r1, xq + t0 * xq_stride, xq_stride, std::min<int64_t>(kMaxBatchTokens, n - t0),
+                      y + t0 * y_stride, y_stride);
+  n = std::min<int64_t>(n, kMaxBatchTokens);
   if (n > 4 && prefetch_tuning().wide_batch_tiles) return batched_matmul<F, 2, 8>(w, r0, r1, xq, xq_stride, n, y, y_stride);
   batched_matmul<F, kInterleaveRows, 4>(w, r0, r1, xq, xq_stride, n, y, y_stride);
 }
