@@ -1,5 +1,6 @@
 #pragma once
 // Where the CPU kernels' software prefetches go, by core (docs/kernels.md, "Prefetch on Zen 5").
+// It also holds the one per-core choice of tile shape, wide_batch_tiles (session 44, below).
 //
 // Batched tiles prefetch the next row group, one line beside each load. A one-token tile of the row
 // groups reads its group as one sequential stream. On Zen 4 the hardware prefetchers follow such a
