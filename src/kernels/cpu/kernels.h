@@ -19,6 +19,10 @@ struct RowRun {
   float* y = nullptr;
 };
 
+// gelu_gate's result is 0 where 2u = 2 * sqrt(2 / pi) * (g + 0.044715 g^3) is below this: there
+// tanh(u) is -1 in float (from 2u = -18.022 on), so the reference's 0.5 g (1 + tanh(u)) is 0.
+constexpr float kGeluZeroBelow = -18.03f;
+
 // How many row runs a core reads side by side for one token (KernelTable::matvec_streams).
 constexpr int kMatvecStreams = 4;
 

@@ -24,9 +24,10 @@ float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// exp(x) for x in [-88, 88] (clamped): Cephes' expf polynomial, relative error ~1e-7.
+// exp(x) for x in [-87, 88] (clamped): Cephes' expf polynomial, relative error ~1e-7. The lower
+// clamp keeps results normal, as the AVX-512 table's (kernels_avx512.cpp).
 __m256 exp_ps(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, set1(-88.0f)), set1(88.0f));
+  x = _mm256_min_ps(_mm256_max_ps(x, set1(-87.0f)), set1(88.0f));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, set1(0.693359375f), x);
   r = _mm256_fnmadd_ps(n, set1(-2.12194440e-4f), r);
@@ -62,9 +63,10 @@ __m256 tanh_ps(__m256 x) {
   return _mm256_blendv_ps(large, small, _mm256_cmp_ps(a, set1(0.625f), _CMP_LT_OQ));
 }
 
+// As the vectors below: 0 where tanh(u) is -1 in float (kernels.h).
 float gelu_one(float g, float up) {
   const float u = 2.0f * 0.7978845608028654f * (g + 0.044715f * g * g * g);
-  return g / (1.0f + std::exp(-u)) * up;
+  return u < kGeluZeroBelow ? 0.0f : g / (1.0f + std::exp(-u)) * up;
 }
 
 void matmul_rows(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride, int64_t n,
@@ -104,9 +106,10 @@ void gelu_gate(float* gate, const float* up, int64_t n) {
   for (; i + 8 <= n; i += 8) {
     const __m256 g = _mm256_loadu_ps(gate + i);
     const __m256 inner = _mm256_mul_ps(k, _mm256_fmadd_ps(_mm256_mul_ps(c, g), _mm256_mul_ps(g, g), g));
+    const __m256 live = _mm256_cmp_ps(inner, set1(kGeluZeroBelow), _CMP_GE_OQ);
     const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), inner));
     const __m256 gelu = _mm256_div_ps(g, _mm256_add_ps(set1(1.0f), e));
-    _mm256_storeu_ps(gate + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i)));
+    _mm256_storeu_ps(gate + i, _mm256_and_ps(live, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i))));
   }
   for (; i < n; ++i) gate[i] = gelu_one(gate[i], up[i]);
 }
