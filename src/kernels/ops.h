@@ -110,9 +110,9 @@ class Ops {
   // out[i] = table row ids[i] widened to float, times scale
   virtual void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float scale, float* out,
                      int64_t out_stride) = 0;
-  // Writes K and V rows (kv_heads * head_dim each) of a sequence's rows into the paged cache.
-  virtual void store_kv(const KvLayerView& kv, const KvSequence& seq, const float* k, int64_t k_stride,
-                        const float* v, int64_t v_stride) = 0;
+  // Writes the K and V rows (kv_heads * head_dim each) of every sequence's rows into the paged cache.
+  virtual void store_kv(const KvLayerView& kv, std::span<const KvSequence> sequences, const float* k,
+                        int64_t k_stride, const float* v, int64_t v_stride) = 0;
   virtual void attention(const AttentionBatch& batch) = 0;
 };
 

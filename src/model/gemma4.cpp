@@ -181,8 +181,7 @@ void Gemma4Model::attention_block(int layer) {
     ops_.rope(k_.data(), kvn * D, T, kvn, int(D), cos_[kind].data(), sin_[kind].data());
     ops_.rms_norm(v_.data(), D, v_.data(), D, T * kvn, D, nullptr, eps);
     const KvLayerView view = cache_.layer_view(layer);
-    for (const KvSequence& seq : sequences_for(layer))
-      ops_.store_kv(view, seq, k_.data(), kvn * D, v_.data(), kvn * D);
+    ops_.store_kv(view, sequences_for(layer), k_.data(), kvn * D, v_.data(), kvn * D);
     if (trim) {
       keep_only_logit_rows();
       if (rows_ == 0) return;

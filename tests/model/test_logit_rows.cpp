@@ -54,9 +54,9 @@ class RowCountingOps final : public Ops {
              int64_t out_stride) override {
     inner_.embed(table, ids, n, scale, out, out_stride);
   }
-  void store_kv(const KvLayerView& kv, const KvSequence& seq, const float* k, int64_t k_stride, const float* v,
-                int64_t v_stride) override {
-    inner_.store_kv(kv, seq, k, k_stride, v, v_stride);
+  void store_kv(const KvLayerView& kv, std::span<const KvSequence> sequences, const float* k, int64_t k_stride,
+                const float* v, int64_t v_stride) override {
+    inner_.store_kv(kv, sequences, k, k_stride, v, v_stride);
   }
   void attention(const AttentionBatch& batch) override { inner_.attention(batch); }
 

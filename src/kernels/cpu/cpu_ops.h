@@ -31,8 +31,8 @@ class CpuOps final : public Ops {
   void softcap(float* x, int64_t count, float cap) override;
   void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float scale, float* out,
              int64_t out_stride) override;
-  void store_kv(const KvLayerView& kv, const KvSequence& seq, const float* k, int64_t k_stride, const float* v,
-                int64_t v_stride) override;
+  void store_kv(const KvLayerView& kv, std::span<const KvSequence> sequences, const float* k, int64_t k_stride,
+                const float* v, int64_t v_stride) override;
   void attention(const AttentionBatch& batch) override;
 
  private:
