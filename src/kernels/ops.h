@@ -76,11 +76,13 @@ struct AttentionBatch {
   std::span<const KvSequence> sequences;
 };
 
-// One product of a grouped matmul: y[i * y_stride + r] = W(r, :) . x_i.
+// One product of a grouped matmul: y[i * y_stride + r] = W(r, :) . x_i, then, where softcap > 0,
+// softcap * tanh(y / softcap) as Ops::softcap gives it (the LM head's final logit soft-cap).
 struct MatmulTarget {
   const WeightMatrix* w = nullptr;
   float* y = nullptr;
   int64_t y_stride = 0;
+  float softcap = 0.0f;
 };
 
 class Ops {
@@ -92,9 +94,14 @@ class Ops {
   virtual void matmul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n, float* y,
                       int64_t y_stride) = 0;
   // Several matrices over the same activations (q/k/v, gate/up). A backend may run them as one
-  // pass (one hand-off to its threads, one quantization of x); the results are those of matmul().
+  // pass (one hand-off to its threads, one quantization of x), and soft-cap each piece of a
+  // target's rows as it is written; the results are those of matmul() and softcap().
   virtual void matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t x_stride, int64_t n) {
-    for (const MatmulTarget& t : targets) matmul(*t.w, x, x_stride, n, t.y, t.y_stride);
+    for (const MatmulTarget& t : targets) {
+      matmul(*t.w, x, x_stride, n, t.y, t.y_stride);
+      if (t.softcap > 0)
+        for (int64_t i = 0; i < n; ++i) softcap(t.y + i * t.y_stride, t.w->rows, t.softcap);
+    }
   }
   // n rows of dim values: out = x * (mean(x^2) + eps)^-0.5 * weight (weight may be null)
   virtual void rms_norm(float* out, int64_t out_stride, const float* x, int64_t x_stride, int64_t n, int64_t dim,

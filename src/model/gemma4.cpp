@@ -272,9 +272,8 @@ void Gemma4Model::compute_logits() {
   if (rows_ == 0) return;
   const int64_t H = config_.hidden_size;
   ops_.rms_norm(normed_.data(), H, x_.data(), H, rows_, H, weights_.final_norm.data(), config_.rms_norm_eps);
-  ops_.matmul(weights_.lm_head, normed_.data(), H, rows_, logits_.data(), vocab_local_);
-  if (config_.final_logit_softcap > 0)
-    ops_.softcap(logits_.data(), int64_t(rows_) * vocab_local_, config_.final_logit_softcap);
+  const MatmulTarget lm_head{&weights_.lm_head, logits_.data(), vocab_local_, config_.final_logit_softcap};
+  ops_.matmuls(std::span(&lm_head, 1), normed_.data(), H, rows_);
 }
 
 }  // namespace tandem

@@ -74,7 +74,9 @@ TEST_P(Elementwise, GeluGateIsZeroWhereTanhSaturatesAndNeverSubnormal) {
     const float v = g0[i];
     EXPECT_TRUE(g[i] == 0.0f || std::fabs(g[i]) >= FLT_MIN) << "g=" << v << " up=" << up[i] << " -> " << g[i];
     const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-    if (std::tanh(u) == -1.0f && u < 0.5f * kGeluZeroBelow) EXPECT_EQ(g[i], 0.0f) << "g=" << v;
+    if (std::tanh(u) == -1.0f && u < 0.5f * kGeluZeroBelow) {
+      EXPECT_EQ(g[i], 0.0f) << "g=" << v;
+    }
   }
 }
 

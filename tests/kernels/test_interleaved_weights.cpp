@@ -345,6 +345,42 @@ TEST_P(InterleavedMatmul, BF16MultipliesEveryBitOfTheActivations) {
   }
 }
 
+// A soft-capped target gets, bitwise, its matmul's results through k.softcap: one token through
+// the row-group streams (BF16 on AVX-512) or the tiles, batches, prefill panels, on pools of 1-3
+// threads, in a group beside an uncapped matrix, with more rows than one soft-capped piece.
+TEST_P(InterleavedMatmul, SoftcappedTargetsGiveTheMatmulThenTheSoftcap) {
+  if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
+  const cpu::KernelTable& k = cpu::kernels_for(GetParam());
+  std::mt19937 rng(15);
+  constexpr int64_t kCols = 512, kRows = cpu::kSoftcapPieceRows + 203;
+  constexpr float kCap = 2.5f;  // most results are past the cap's linear part
+  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::Q4}) {
+    const OwnedMatrix capped = interleaved_copy(random_matrix(f, kRows, kCols, false, rng));
+    const OwnedMatrix plain = interleaved_copy(random_matrix(f, 70, kCols, false, rng));
+    for (int64_t n : {1, 3, 20}) {
+      const std::string what = std::string(isa_name(GetParam())) + " " + std::string(weight_format_name(f)) +
+                               " n=" + std::to_string(n);
+      const std::vector<float> x = random_vector(size_t(n * kCols), rng);
+      ThreadPool one(1);
+      std::vector<float> expected(size_t(n * kRows)), expected_plain(size_t(n * 70));
+      cpu::matmul(one, k, capped.view, x.data(), kCols, n, expected.data(), kRows);
+      for (int64_t i = 0; i < n; ++i) k.softcap(&expected[size_t(i * kRows)], kRows, kCap);
+      cpu::matmul(one, k, plain.view, x.data(), kCols, n, expected_plain.data(), 70);
+      size_t past_linear = 0;
+      for (float v : expected) past_linear += std::fabs(v) > 0.5f * kCap;
+      ASSERT_GT(past_linear, expected.size() / 4) << what;
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        std::vector<float> got(expected.size(), -1.0f), got_plain(expected_plain.size(), -1.0f);
+        const MatmulTarget targets[] = {{&plain.view, got_plain.data(), 70}, {&capped.view, got.data(), kRows, kCap}};
+        cpu::matmul_group(pool, k, targets, x.data(), kCols, n);
+        EXPECT_EQ(got, expected) << what << " threads=" << threads;
+        EXPECT_EQ(got_plain, expected_plain) << what << " threads=" << threads;
+      }
+    }
+  }
+}
+
 // One token over BF16/F16 row groups reads runs from several places of a pass side by side
 // (KernelTable::matvec_streams): every row gets exactly the sum matmul_rows gives it, in groups of
 // matrices of any height (short last groups) on pools of 1-3 threads, and from runs that start

@@ -153,15 +153,19 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
     const int64_t per_stream = (units + kMatvecStreams - 1) / kMatvecStreams;
     auto multiply_streams = [&](int64_t j0, int64_t j1) {
       RowRun runs[kMatvecStreams];
+      float caps[kMatvecStreams];
       for (int64_t j = j0; j < j1; ++j) {
         size_t count = 0, i = 0;
         for (int64_t u = j; u < units && count < size_t(kMatvecStreams); u += per_stream) {
           while (u >= first_unit[i + 1]) ++i;
           const WeightMatrix& w = *targets[i].w;
           const int64_t r0 = (u - first_unit[i]) * kRowGrain;
+          caps[count] = targets[i].softcap;
           runs[count++] = {&w, r0, std::min(w.rows, r0 + kRowGrain), targets[i].y};
         }
         k.matvec_streams(std::span(runs, count), x);
+        for (size_t r = 0; r < count; ++r)
+          if (caps[r] > 0) table.softcap(runs[r].y + runs[r].r0, runs[r].r1 - runs[r].r0, caps[r]);
       }
     };
     if (parallel) pool.parallel_chunks(per_stream, 1, multiply_streams);
@@ -174,8 +178,14 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
       const int64_t end = std::min(u1, first_unit[i + 1]);
       const MatmulTarget& t = targets[i];
       const int64_t r0 = (u0 - first_unit[i]) * kRowGrain, r1 = std::min(t.w->rows, (end - first_unit[i]) * kRowGrain);
-      if (prepared) k.matmul_rows_quantized(*t.w, r0, r1, xq, stride, n, t.y, t.y_stride);
-      else k.matmul_rows(*t.w, r0, r1, x, x_stride, n, t.y, t.y_stride);
+      const int64_t piece = t.softcap > 0 ? kSoftcapPieceRows : r1 - r0;
+      for (int64_t p0 = r0; p0 < r1; p0 += piece) {
+        const int64_t p1 = std::min(r1, p0 + piece);
+        if (prepared) k.matmul_rows_quantized(*t.w, p0, p1, xq, stride, n, t.y, t.y_stride);
+        else k.matmul_rows(*t.w, p0, p1, x, x_stride, n, t.y, t.y_stride);
+        if (t.softcap > 0)
+          for (int64_t tok = 0; tok < n; ++tok) table.softcap(t.y + tok * t.y_stride + p0, p1 - p0, t.softcap);
+      }
       u0 = end;
     }
   };
