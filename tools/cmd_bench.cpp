@@ -16,6 +16,7 @@
 #include "core/memory_bandwidth.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/profiling_ops.h"
 #include "model/gemma4.h"
 #include "model/kv_cache.h"
 #include "parallel/timed_communicator.h"
@@ -32,6 +33,7 @@ struct BenchOptions {
   int batch = 8;
   int probe_mb = 512;
   bool json = false;
+  bool profile = false;
 };
 
 // Decode tokens timed between two bandwidth probes (a few seconds at E4B's speeds).
@@ -68,6 +70,32 @@ double kv_bytes_read_per_token(const Gemma4Config& c, KvDType dtype, int first_p
   return steps > 0 ? total / steps : 0.0;
 }
 
+// The time of each kind of op call per step of one phase ("decode" or "batch"), and what the steps
+// spent outside the ops (sampling, the model's bookkeeping).
+nlohmann::ordered_json phase_profile(const std::vector<ProfilingOps::Entry>& entries, const std::string& phase,
+                                     int steps, double seconds) {
+  nlohmann::ordered_json ops = nlohmann::ordered_json::array();
+  double in_ops = 0;
+  for (const ProfilingOps::Entry& e : entries) {
+    if (e.phase != phase) continue;
+    in_ops += e.seconds;
+    ops.push_back({{"op", e.what}, {"calls_per_step", double(e.calls) / steps}, {"ms_per_step", e.seconds / steps * 1e3}});
+  }
+  ops.push_back({{"op", "outside the ops"}, {"calls_per_step", 0}, {"ms_per_step", (seconds - in_ops) / steps * 1e3}});
+  return {{"steps", steps}, {"ms_per_step", seconds / steps * 1e3}, {"ops", ops}};
+}
+
+void print_phase_profile(const std::string& phase, const nlohmann::ordered_json& p) {
+  const double step_ms = p["ms_per_step"].get<double>();
+  fmt::print("{}: {} steps of {:.2f} ms\n", phase, p["steps"].get<int>(), step_ms);
+  for (const auto& op : p["ops"]) {
+    const double ms = op["ms_per_step"].get<double>(), calls = op["calls_per_step"].get<double>();
+    fmt::print("  {:<28} {:>9.3f} ms {:>6.1f}%", op["op"].get<std::string>(), ms, 100 * ms / step_ms);
+    if (calls > 0) fmt::print(" {:>7.1f} calls {:>9.1f} us/call", calls, ms * 1e3 / calls);
+    fmt::print("\n");
+  }
+}
+
 // Cold PLE rows are disk reads (Gemma4Checkpoint::warm_ple_table). A server's page cache warms
 // over its first requests; the bench measures that steady state: the whole table in the page
 // cache when it fits, else at least the rows of the timed prompt.
@@ -98,7 +126,12 @@ void bench(const BenchOptions& o) {
   comm.all_gather(&rank_load_s, rank_loads.data(), sizeof(float));
   const double load_s = *std::max_element(rank_loads.begin(), rank_loads.end());
   const Gemma4Config& c = ckpt->config;
-  cpu::CpuOps ops(pool);
+  cpu::CpuOps cpu_ops(pool);
+  ProfilingOps profiling(cpu_ops);  // counts nothing until a phase is set (--profile)
+  Ops& ops = o.profile ? static_cast<Ops&>(profiling) : cpu_ops;
+  auto profile_phase = [&](const char* phase) {
+    if (o.profile) profiling.set_phase(phase);
+  };
 
   // The machine's read bandwidth, with every rank on it reading at once as they do when decoding:
   // each rank measures its share and the job reads at their sum. On a shared host what a process
@@ -209,8 +242,10 @@ void bench(const BenchOptions& o) {
   for (int segment = 0, done = 1; done < o.gen; ++segment) {
     const int steps = std::min(kSegmentTokens, o.gen - done);
     const double start = now();
+    profile_phase("decode");
     for (int i = 0; i < steps; ++i) run(seqs, tokens, single_sampler);
     const double seconds = now() - start;
+    profile_phase("");
     timed_comm_s += timed.seconds();
     const Bandwidth bw_after = probe_bandwidth();
     decode_s += seconds;
@@ -220,8 +255,10 @@ void bench(const BenchOptions& o) {
     // This segment's share of the batch steps, then a probe for the next segment to start from.
     const int batch_here = batch_steps * (segment + 1) / segments - batch_steps * segment / segments;
     const double batch_start = now();
+    profile_phase("batch");
     for (int i = 0; i < batch_here; ++i) run(many, many_tokens, samplers.data());
     batch_s += now() - batch_start;
+    profile_phase("");
     timed.reset();
     bw_before = done < o.gen ? probe_bandwidth() : bw_after;
   }
@@ -254,6 +291,12 @@ void bench(const BenchOptions& o) {
   const char* read_what = probe_weights ? "weights" : "buffer";
 
   if (comm.rank() != 0) return;
+  nlohmann::ordered_json profile;
+  if (o.profile) {
+    const std::vector<ProfilingOps::Entry> entries = profiling.entries();
+    profile["decode"] = phase_profile(entries, "decode", o.gen - 1, decode_s);
+    profile["batch"] = phase_profile(entries, "batch", batch_steps, batch_s);
+  }
   if (o.json) {
     nlohmann::ordered_json j = {
         {"load_s", load_s},
@@ -275,17 +318,18 @@ void bench(const BenchOptions& o) {
         {"ranks", comm.size()},
         {"threads_per_rank", pool.size()},
         {"comm_s_per_token", comm_per_token},
-        {"isa", std::string(isa_name(ops.kernels().isa))},
+        {"isa", std::string(isa_name(cpu_ops.kernels().isa))},
         {"weights", std::string(weight_format_name(ckpt->weights.layers[0].gate_proj.format))},
         {"residency", o.model.weights},
         {"weight_layout", loaded_weight_layout(ckpt->weights)},
     };
+    if (o.profile) j["profile"] = profile;
     fmt::print("{}\n", j.dump());
     return;
   }
   fmt::print("model           {} ({} weights, {}, {} layout, {} ranks x {} threads, {})\n", ckpt->dir,
              weight_format_name(ckpt->weights.layers[0].gate_proj.format), o.model.weights,
-             loaded_weight_layout(ckpt->weights), comm.size(), pool.size(), isa_name(ops.kernels().isa));
+             loaded_weight_layout(ckpt->weights), comm.size(), pool.size(), isa_name(cpu_ops.kernels().isa));
   fmt::print("load            {:.2f} s (open the checkpoint and place its weights)\n", load_s);
   fmt::print("prefill         {:.1f} tok/s ({} tokens, time to first token {:.3f} s)\n", o.prompt / ttft, o.prompt, ttft);
   fmt::print("decode          {:.2f} tok/s ({} tokens)\n", decode_tok_s, o.gen);
@@ -302,6 +346,11 @@ void bench(const BenchOptions& o) {
              roofline, buffer_roofline, roofline_with_kv);
   fmt::print("peak RSS        {:.2f} GB per rank\n", fmt::join(rss_gb, " / "));
   if (comm.size() > 1) fmt::print("communication   {:.2f} ms per decoded token\n", comm_per_token * 1e3);
+  if (o.profile) {
+    fmt::print("\nwhere a step's time goes (rank 0, per step):\n");
+    print_phase_profile("decode", profile["decode"]);
+    print_phase_profile(fmt::format("batch of {}", o.batch), profile["batch"]);
+  }
 }
 
 }  // namespace
@@ -319,6 +368,9 @@ void register_bench(CLI::App& app) {
       ->default_val(512)
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->add_flag("--profile", o->profile,
+                "Also time every op call of the decode and batch steps and print where a step's time goes "
+                "(JSON: \"profile\")");
   cmd->callback([o] { bench(*o); });
 }
 

@@ -160,6 +160,34 @@ TEST(Bench, JsonReportsEveryKeyAndTheRooflineRatio) {
   EXPECT_EQ(out["batch"].get<int>(), 3);
 }
 
+// --profile: each phase's steps split by kind of op call. A decode step of the tiny model calls
+// attention once per layer, and the ops plus what lies outside them add up to the step.
+TEST(Bench, ProfileSplitsEachStepByOp) {
+  const std::string model = test::synth_checkpoint("tiny");
+  const json config_file = json::parse(test::read_file(model + "/config.json"));
+  const json& config = config_file.contains("text_config") ? config_file["text_config"] : config_file;
+  const int layers = config["num_hidden_layers"].get<int>();
+  auto r = test::run(tandem_cmd("bench --model " + model + " --prompt 8 --gen 5 --batch 2 --threads 2 --json --profile"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json out = json::parse(r.out);
+  ASSERT_TRUE(out.contains("profile"));
+  for (const char* phase : {"decode", "batch"}) {
+    const json& p = out["profile"][phase];
+    EXPECT_EQ(p["steps"].get<int>(), 4) << phase;  // --gen 5: 4 decode steps; batches at least 4
+    double ms = 0, attention_calls = 0;
+    for (const json& op : p["ops"]) {
+      ms += op["ms_per_step"].get<double>();
+      if (op["op"].get<std::string>().rfind("attention", 0) == 0) attention_calls += op["calls_per_step"].get<double>();
+    }
+    EXPECT_NEAR(ms, p["ms_per_step"].get<double>(), 1e-6 * ms) << phase;
+    EXPECT_EQ(attention_calls, layers) << phase;
+  }
+  auto text = test::run(tandem_cmd("bench --model " + model + " --prompt 8 --gen 2 --batch 1 --threads 2 --profile"));
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("where a step's time goes"));
+  EXPECT_THAT(text.out, HasSubstr("outside the ops"));
+}
+
 // kv_bytes_per_token: the K/V bytes one decoded token's attention reads, from the published
 // config's fields: each layer the keys its position sees (sliding layers at most the window) times
 // its KV heads, head size, K and V, and the element size; the mean over the decode steps (a prompt
