@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/kernels.h"
@@ -160,6 +161,35 @@ TEST_P(MatmulRows, ZeroActivations) {
       EXPECT_NEAR(y[size_t(9 + r)], e.value, e.tolerance) << weight_format_name(f);
     }
   }
+}
+
+// Plain Q4 rows on the AVX-512 VNNI tables: up to 15 tokens take groups of four rows (tails of
+// 1-3 rows, partial 128-column groups), and each token gets, bitwise, what it gets alone, over any
+// row range. (The other tables' batches add in another order than their one-token tiles.)
+TEST_P(MatmulRows, PlainQ4BatchesGiveEachTokenItsOneTokenResult) {
+  if (skip_unsupported(GetParam())) return;
+  if (GetParam() < Isa::Avx512) GTEST_SKIP() << "only the AVX-512 tables promise this";
+  const KernelTable& k = cpu::kernels_for(GetParam());
+  std::mt19937 rng(41);
+  for (int64_t rows : {70, 203})
+    for (int64_t cols : {96, 256, 2560}) {
+      const OwnedMatrix m = random_matrix(WeightFormat::Q4, rows, cols, true, rng);
+      for (const auto& [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {5, rows - 6}}) {
+        for (int64_t n : {2, 3, 8, 9, 15}) {
+          const int64_t x_stride = cols + 3, y_stride = rows + 5;
+          const std::vector<float> x = random_vector(size_t(n * x_stride), rng);
+          std::vector<float> batch(size_t(n * y_stride), kSentinel), alone(size_t(y_stride), kSentinel);
+          k.matmul_rows(m.view, r0, r1, x.data(), x_stride, n, batch.data(), y_stride);
+          for (int64_t i = 0; i < n; ++i) {
+            k.matmul_rows(m.view, r0, r1, x.data() + i * x_stride, x_stride, 1, alone.data(), y_stride);
+            for (int64_t r = r0; r < r1; ++r)
+              ASSERT_EQ(batch[size_t(i * y_stride + r)], alone[size_t(r)])
+                  << isa_name(GetParam()) << " " << rows << "x" << cols << " rows [" << r0 << ", " << r1 << ") n=" << n
+                  << " token " << i << " row " << r;
+          }
+        }
+      }
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, MatmulRows, ::testing::ValuesIn(all_isas()),

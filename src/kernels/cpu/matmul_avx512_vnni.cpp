@@ -213,35 +213,29 @@ struct Q4Tile {
   }
 };
 
-// One token over plain Q4 rows, four rows at a time. Q4Tile above converts and scales every
+// Plain Q4 rows four at a time, for up to T tokens. Q4Tile above converts and scales every
 // vpdpbusd pair (16 lanes, 4 per block) on its own; here the four rows' pairs are first summed
 // within each block by a transposing add tree (lane 4b + r: row r, block b), so one convert, one
 // scale product and one FMA serve four rows, and the rows' f16 scales are gathered in that lane
-// order by one word permute. Rows that do not fill a group of four take Q4Tile.
+// order by one word permute. The rows' unpacked nibbles serve every token. Each token's sums are
+// those of the one-token tile (T = 1: the same operations in the same order), so a batch gives
+// each token what it gets alone. Rows that do not fill a group of four take Q4Tile, whose sums
+// do not depend on the token count either.
 template <int R, int T>
-struct Q4GroupedDecodeTile {
-  static_assert(T == 1, "one token");
+struct Q4GroupedTile {
   template <bool Full>
-  static void chunk(const uint8_t* wp, const uint8_t* sp, int64_t rs, int64_t ss, const uint8_t* xg, int blocks,
-                    bool prefetch_next, __m512& acc) {
+  static void chunk(const uint8_t* wp, const uint8_t* sp, int64_t rs, int64_t ss, const uint8_t* xg, int64_t x_stride,
+                    int blocks, bool prefetch_next, __m512 (&acc)[T]) {
     const __m512i nibble = _mm512_set1_epi8(0x0f);
     const __mmask64 bytes = Full ? ~__mmask64(0) : (__mmask64(1) << (16 * blocks)) - 1;
-    const __m512i xe = _mm512_load_si512(xg), xo = _mm512_load_si512(xg + 64);
-    // Block b's correction (-8 x its code sum) sits in lane 4b; starting every row from it puts it
-    // into each row's block sum below.
-    const __m512i corr = _mm512_load_si512(xg + 192);
-    __m512i d[4];
+    __m512i lo[4], hi[4];
     for (int r = 0; r < 4; ++r) {
       const uint8_t* p = wp + r * rs;
       if (prefetch_next) prefetch(p + 2 * R * rs);  // rows half as long as Q8: 2 tiles ahead
       const __m512i v = Full ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(bytes, p);
-      const __m512i lo = _mm512_and_si512(v, nibble), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
-      d[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(corr, lo, xe), hi, xo);
+      lo[r] = _mm512_and_si512(v, nibble);
+      hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
     }
-    // Per 128-bit lane (one block): [a0 a1 a2 a3] of rows 0-3 -> [row 0 sum, row 1, row 2, row 3].
-    const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
-    const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
-    const __m512i sums = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
     // Row r's 4 scales are words 4r..4r+3 of `raw`; lane 4b + r wants word 4r + b.
     const __mmask8 scale_words = Full ? 0xf : __mmask8((1u << blocks) - 1);
     __m128i r01 = _mm_maskz_loadu_epi16(scale_words, sp), r23 = _mm_maskz_loadu_epi16(scale_words, sp + 2 * ss);
@@ -250,14 +244,29 @@ struct Q4GroupedDecodeTile {
     const __m256i raw = _mm256_inserti128_si256(_mm256_castsi128_si256(r01), r23, 1);
     const __m256i order = _mm256_setr_epi16(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     const __m512 dw = _mm512_cvtph_ps(_mm256_permutexvar_epi16(order, raw));
-    const __m512 dx = _mm512_load_ps((const float*)(xg + 128));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw, dx), acc);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* g = xg + t * x_stride;
+      const __m512i xe = _mm512_load_si512(g), xo = _mm512_load_si512(g + 64);
+      // Block b's correction (-8 x its code sum) sits in lane 4b; starting every row from it puts
+      // it into each row's block sum below.
+      const __m512i corr = _mm512_load_si512(g + 192);
+      __m512i d[4];
+      for (int r = 0; r < 4; ++r) d[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(corr, lo[r], xe), hi[r], xo);
+      // Per 128-bit lane (one block): [a0 a1 a2 a3] of rows 0-3 -> [row 0 sum, row 1, row 2, row 3].
+      const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
+      const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
+      const __m512i sums = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+      const __m512 dx = _mm512_load_ps((const float*)(g + 128));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw, dx), acc[t]);
+    }
   }
 
   static void run(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t k0, int64_t k1,
                   float* y, int64_t y_stride, bool accumulate, bool prefetch_next) {
-    if constexpr (R % 4 != 0) {
-      Q4Tile<R, 1>::run(w, row, xb, x_stride, k0, k1, y, y_stride, accumulate, prefetch_next);
+    if constexpr (R % 4 != 0) {  // whole groups of four, then the rest
+      if constexpr (R > 4)
+        Q4GroupedTile<R / 4 * 4, T>::run(w, row, xb, x_stride, k0, k1, y, y_stride, accumulate, prefetch_next);
+      Q4Tile<R % 4, T>::run(w, row + R / 4 * 4, xb, x_stride, k0, k1, y, y_stride, accumulate, prefetch_next);
     } else {
       constexpr int G = R / 4;
       const int64_t rs = w.row_stride, ss = w.scale_stride;
@@ -266,39 +275,41 @@ struct Q4GroupedDecodeTile {
       if (prefetch_next)
         for (int r = 0; r < R; ++r)
           for (int64_t b = 0; b < ss; b += 64) prefetch(sp + (R + r) * ss + b);
-      __m512 acc[G];
-      for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+      __m512 acc[G][T];
+      for (int g = 0; g < G; ++g)
+        for (int t = 0; t < T; ++t) acc[g][t] = _mm512_setzero_ps();
       int64_t c = k0;
       for (; c + kQ4Group <= k1; c += kQ4Group) {
         const uint8_t* xg = xb + (c / kQ4Group) * kQ4GroupBytes;
         for (int g = 0; g < G; ++g)
-          chunk<true>(wp + 4 * g * rs + c / 2, sp + 4 * g * ss + c / kQuantBlock * 2, rs, ss, xg, 4, prefetch_next,
-                      acc[g]);
+          chunk<true>(wp + 4 * g * rs + c / 2, sp + 4 * g * ss + c / kQuantBlock * 2, rs, ss, xg, x_stride, 4,
+                      prefetch_next, acc[g]);
       }
       if (c < k1) {
         const uint8_t* xg = xb + (c / kQ4Group) * kQ4GroupBytes;
         const int blocks = int((k1 - c) / kQuantBlock);
         for (int g = 0; g < G; ++g)
-          chunk<false>(wp + 4 * g * rs + c / 2, sp + 4 * g * ss + c / kQuantBlock * 2, rs, ss, xg, blocks,
+          chunk<false>(wp + 4 * g * rs + c / 2, sp + 4 * g * ss + c / kQuantBlock * 2, rs, ss, xg, x_stride, blocks,
                        prefetch_next, acc[g]);
       }
-      for (int g = 0; g < G; ++g) {
-        // Lanes 4b + r: add the four blocks of each row.
-        const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[g]),
-                                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[g]), 1)));
-        __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        float* out = y + row + 4 * g;
-        if (accumulate) q = _mm_add_ps(q, _mm_loadu_ps(out));
-        _mm_storeu_ps(out, q);
-      }
+      for (int g = 0; g < G; ++g)
+        for (int t = 0; t < T; ++t) {
+          // Lanes 4b + r: add the four blocks of each row.
+          const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[g][t]),
+                                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[g][t]), 1)));
+          __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+          float* out = y + t * y_stride + row + 4 * g;
+          if (accumulate) q = _mm_add_ps(q, _mm_loadu_ps(out));
+          _mm_storeu_ps(out, q);
+        }
     }
   }
 };
 
-template <int R>
-TileSet make_q4_decode_tiles() {
+template <int R, int T>
+TileSet make_q4_grouped_tiles() {
   TileSet set;
-  fill_tiles<Q4GroupedDecodeTile, R, 1>(set);
+  fill_tiles<Q4GroupedTile, R, T>(set);
   set.k_align = kQ4Group;
   set.x_bytes_per_col = kQ4GroupBytes / kQ4Group;
   return set;
@@ -310,15 +321,6 @@ TileSet make_q8_tiles() {
   fill_tiles<Q8Tile, R, T>(set);
   set.k_align = kQ8Group;
   set.x_bytes_per_col = kQ8GroupBytes / kQ8Group;
-  return set;
-}
-
-template <int R = 4, int T = 3>
-TileSet make_q4_tiles() {
-  TileSet set;
-  fill_tiles<Q4Tile, R, T>(set);
-  set.k_align = kQ4Group;
-  set.x_bytes_per_col = kQ4GroupBytes / kQ4Group;
   return set;
 }
 
@@ -349,19 +351,22 @@ void avx512vnni_quantize_activations(const WeightMatrix& w, int64_t n, const flo
 void avx512vnni_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq,
                                       int64_t xq_stride, int64_t n, float* y, int64_t y_stride) {
   static const TileSet q8 = make_q8_tiles();
-  static const TileSet q4 = make_q4_tiles();
   // One token: more rows at once keep more cache lines in flight (measured on one core: Q8
   // 21 -> 36 GB/s with 8 rows, Q4 22 -> 28 GB/s with 6). Q4 in groups of four rows: from L2 on one
   // Zen 4 core 35 -> 37-38 GB/s against 6 rows of Q4Tile; from DRAM the same within the noise.
   static const TileSet q8_decode = make_q8_tiles<8, 1>();
-  static const TileSet q4_decode = make_q4_decode_tiles<8>();
+  static const TileSet q4_decode = make_q4_grouped_tiles<8, 1>();
+  // 2-15 tokens: groups of four rows x 8 tokens. Against Q4Tile's 4 x 3 (kernels_bench Batch8,
+  // plain Q4, two threads, Intel Xeon): 2560 x 256 (E4B's PLE projection) 53-54 -> 32 us,
+  // 10240 x 2560 1353-1438 -> 824-859 us.
+  static const TileSet q4_batch = make_q4_grouped_tiles<4, 8>();
   // Many tokens take the panels in either layout: for interleaved weights their unpacked copy in L2
   // measured 10-20% faster than unpacking Q4 per token tile or walking Q8 rows in place.
   if (n >= kPanelMinTokens) return avx512vnni_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (w.layout == WeightLayout::Interleaved) return avx512vnni_interleaved_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (n == 1)
     return tiled_matmul(w.format == WeightFormat::Q4 ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
-  tiled_matmul(w.format == WeightFormat::Q4 ? q4 : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
+  tiled_matmul(w.format == WeightFormat::Q4 ? q4_batch : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);
 }
 
 }  // namespace tandem::cpu::detail
