@@ -4,6 +4,7 @@
 // threads inside a row.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -61,8 +62,9 @@ TEST(CpuOps, GatesGiveEveryValueItsOwnResultOnAnyPool) {
 
 // store_kv spreads the (row, KV head) pairs of all sequences over the pool: each lands in its own
 // slot of its own sequence's blocks, keys transposed and values in runs, whatever the pool size.
-// Sequences of 1, 5 and 21 rows (one starting mid-block, one from a later logical block as a
-// sliding layer's does), 3 KV heads of 40 dimensions (a short last value run), f32 and bf16.
+// Sequences of 1, 0, 5 and 21 rows (one starting mid-block, one from a later logical block as a
+// sliding layer's does), 3 KV heads of 40 dimensions (a short last value run), f32 and bf16;
+// nothing else in the pool is written, and an empty step writes nothing.
 TEST(CpuOps, StoreKvPutsEveryRowAndHeadInItsSlot) {
   std::mt19937 rng(23);
   constexpr int kHeads = 3, kDim = 40, kBlock = 16, kBlocks = 8;
@@ -70,7 +72,7 @@ TEST(CpuOps, StoreKvPutsEveryRowAndHeadInItsSlot) {
     int rows, first_position, first_logical_block;
     std::vector<int32_t> blocks;
   };
-  const std::vector<Seq> seqs = {{1, 37, 0, {5, 2, 7}}, {5, 14, 0, {0, 3}}, {21, 40, 2, {6, 1, 4}}};
+  const std::vector<Seq> seqs = {{1, 37, 0, {5, 2, 7}}, {0, 3, 0, {1}}, {5, 14, 0, {0, 3}}, {21, 40, 2, {6, 1, 4}}};
   int rows = 0;
   for (const Seq& s : seqs) rows += s.rows;
   const int64_t stride = kHeads * kDim + 3;
@@ -102,12 +104,15 @@ TEST(CpuOps, StoreKvPutsEveryRowAndHeadInItsSlot) {
       }
       ThreadPool pool(threads);
       cpu::CpuOps ops(pool);
+      ops.store_kv(view, {}, k.data(), stride, v.data(), stride);
+      ASSERT_TRUE(std::all_of(keys.begin(), keys.end(), [](uint8_t b) { return b == 0xff; }));
       ops.store_kv(view, sequences, k.data(), stride, v.data(), stride);
       auto stored = [&](const std::vector<uint8_t>& pool_bytes, int64_t offset) {
         if (dtype == KvDType::F32) return reinterpret_cast<const float*>(pool_bytes.data())[offset];
         return bf16_to_f32(reinterpret_cast<const uint16_t*>(pool_bytes.data())[offset]);
       };
       auto expected = [&](float x) { return dtype == KvDType::F32 ? x : bf16_to_f32(f32_to_bf16(x)); };
+      std::vector<bool> key_written(keys.size() / element), value_written(values.size() / element);
       for (const KvSequence& seq : sequences)
         for (int r = 0; r < seq.rows; ++r) {
           const int p = seq.positions[r];
@@ -115,11 +120,18 @@ TEST(CpuOps, StoreKvPutsEveryRowAndHeadInItsSlot) {
           for (int g = 0; g < kHeads; ++g)
             for (int d = 0; d < kDim; ++d) {
               const int64_t src = int64_t(seq.first_row + r) * stride + g * kDim + d;
+              key_written[size_t(view.key_offset(block, g, p % kBlock, d))] = true;
+              value_written[size_t(view.value_offset(block, g, p % kBlock, d))] = true;
               ASSERT_EQ(stored(keys, view.key_offset(block, g, p % kBlock, d)), expected(k[size_t(src)]))
                   << "row " << seq.first_row + r << " head " << g << " dim " << d << " on " << threads << " threads";
               ASSERT_EQ(stored(values, view.value_offset(block, g, p % kBlock, d)), expected(v[size_t(src)]))
                   << "row " << seq.first_row + r << " head " << g << " dim " << d << " on " << threads << " threads";
             }
+        }
+      for (size_t e = 0; e < key_written.size(); ++e)
+        for (size_t b = 0; b < element; ++b) {
+          ASSERT_TRUE(key_written[e] || keys[e * element + b] == 0xff) << "key element " << e << " written";
+          ASSERT_TRUE(value_written[e] || values[e * element + b] == 0xff) << "value element " << e << " written";
         }
     }
 }

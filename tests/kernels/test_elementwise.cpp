@@ -78,6 +78,13 @@ TEST_P(Elementwise, GeluGateIsZeroWhereTanhSaturatesAndNeverSubnormal) {
       EXPECT_EQ(g[i], 0.0f) << "g=" << v;
     }
   }
+  // A NaN gate stays NaN, in the vector body and in the tail, so that it reaches the logits.
+  for (int64_t n : {17, 33}) {
+    std::vector<float> gates(size_t(n), 1.0f), ups(size_t(n), 1.0f);
+    gates[0] = gates[size_t(n) - 1] = std::nanf("");
+    k().gelu_gate(gates.data(), ups.data(), n);
+    EXPECT_TRUE(std::isnan(gates[0]) && std::isnan(gates[size_t(n) - 1])) << "n=" << n;
+  }
 }
 
 TEST_P(Elementwise, SoftcapIsAccurateEverywhere) {

@@ -134,5 +134,8 @@ void matmul_group(ThreadPool& pool, const KernelTable& k, std::span<const Matmul
 // the LM head and its soft-cap 21.6 -> 21.0 ms of a batch of 8's ~155 ms step (the separate pass
 // read 8 MB of logits back from memory); one token's 11.8 ms either way.
 constexpr int64_t kSoftcapPieceRows = 8192;
+// Pieces start on a multiple of every table's vector width, so each value meets the same softcap
+// code (vector body or scalar tail) as in one call over the row.
+static_assert(kSoftcapPieceRows % 16 == 0);
 
 }  // namespace tandem::cpu

@@ -65,8 +65,8 @@ __m256 tanh_ps(__m256 x) {
 
 // As the vectors below: 0 where tanh(u) is -1 in float (kernels.h).
 float gelu_one(float g, float up) {
-  const float u = 2.0f * 0.7978845608028654f * (g + 0.044715f * g * g * g);
-  return u < kGeluZeroBelow ? 0.0f : g / (1.0f + std::exp(-u)) * up;
+  const float two_u = 2.0f * 0.7978845608028654f * (g + 0.044715f * g * g * g);
+  return two_u < kGeluZeroBelow ? 0.0f : g / (1.0f + std::exp(-two_u)) * up;
 }
 
 void matmul_rows(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride, int64_t n,
@@ -106,10 +106,11 @@ void gelu_gate(float* gate, const float* up, int64_t n) {
   for (; i + 8 <= n; i += 8) {
     const __m256 g = _mm256_loadu_ps(gate + i);
     const __m256 inner = _mm256_mul_ps(k, _mm256_fmadd_ps(_mm256_mul_ps(c, g), _mm256_mul_ps(g, g), g));
-    const __m256 live = _mm256_cmp_ps(inner, set1(kGeluZeroBelow), _CMP_GE_OQ);
+    const __m256 live = _mm256_cmp_ps(inner, set1(kGeluZeroBelow), _CMP_NLT_UQ);  // NaN stays NaN
     const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), inner));
-    const __m256 gelu = _mm256_div_ps(g, _mm256_add_ps(set1(1.0f), e));
-    _mm256_storeu_ps(gate + i, _mm256_and_ps(live, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i))));
+    // Zeroed before the multiply: ~1e-37 times a small up would be a subnormal.
+    const __m256 gelu = _mm256_and_ps(live, _mm256_div_ps(g, _mm256_add_ps(set1(1.0f), e)));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i)));
   }
   for (; i < n; ++i) gate[i] = gelu_one(gate[i], up[i]);
 }

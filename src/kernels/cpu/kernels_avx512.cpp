@@ -102,7 +102,7 @@ void gelu_gate(float* gate, const float* up, int64_t n) {
     const __mmask16 m = tail_mask(std::min<int64_t>(16, n - i));
     const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
     const __m512 inner = _mm512_mul_ps(k, _mm512_fmadd_ps(_mm512_mul_ps(c, g), _mm512_mul_ps(g, g), g));
-    const __mmask16 live = _mm512_cmp_ps_mask(inner, zero_below, _CMP_GE_OQ);
+    const __mmask16 live = _mm512_cmp_ps_mask(inner, zero_below, _CMP_NLT_UQ);  // NaN stays NaN
     const __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), inner));
     const __m512 gelu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
     _mm512_mask_storeu_ps(gate + i, m, _mm512_maskz_mul_ps(live, gelu, _mm512_maskz_loadu_ps(m, up + i)));
