@@ -443,30 +443,37 @@ TEST_P(InterleavedMatmul, OneTokenStreamsGiveEveryRowItsOwnSum) {
 // One token over Q8/Q4 row groups: any run of rows (one a thread takes from a pass) gives every
 // row exactly what a batch gives it, whether the run's groups split into the streams a core reads
 // side by side (matmul_avx512_vnni_interleaved.cpp, on Zen 5 and Intel) or leave some over: runs
-// of 1-19 whole groups, runs that start inside a group, and runs ending in the short last group.
+// of 1-19 whole groups, runs that start inside a group, and runs ending in the short last group;
+// and runs of 280 groups, which the streams hand to y in several staged pieces.
 TEST_P(InterleavedMatmul, OneTokenRunsGiveEveryRowTheBatchsSum) {
   if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
   const cpu::KernelTable& k = cpu::kernels_for(GetParam());
   std::mt19937 rng(23);
-  constexpr int64_t kRows = 78, kCols = 1536;
-  for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4}) {
-    const OwnedMatrix m = interleaved_copy(random_matrix(f, kRows, kCols, false, rng));
-    const std::vector<float> x = random_vector(size_t(kCols), rng);
-    std::vector<float> twice(size_t(2 * kCols));
-    std::copy(x.begin(), x.end(), twice.begin());
-    std::copy(x.begin(), x.end(), twice.begin() + kCols);
-    std::vector<float> batch(size_t(2 * kRows), -1.0f);
-    k.matmul_rows(m.view, 0, kRows, twice.data(), kCols, 2, batch.data(), kRows);
-    ASSERT_EQ(std::vector<float>(batch.begin(), batch.begin() + kRows),
-              std::vector<float>(batch.begin() + kRows, batch.end()));
-    const std::pair<int64_t, int64_t> runs[] = {{0, kRows}, {0, 4}, {0, 8}, {4, 16}, {8, 20}, {16, 76},
-                                                {12, kRows}, {3, 41}, {0, 77}, {64, kRows}, {76, kRows}};
-    for (const auto& [r0, r1] : runs) {
-      std::vector<float> y(size_t(kRows), -1.0f);
-      k.matmul_rows(m.view, r0, r1, x.data(), kCols, 1, y.data(), kRows);
-      for (int64_t r = 0; r < kRows; ++r)
-        ASSERT_EQ(y[size_t(r)], r >= r0 && r < r1 ? batch[size_t(r)] : -1.0f)
-            << isa_name(GetParam()) << " " << weight_format_name(f) << " rows [" << r0 << ", " << r1 << ") row " << r;
+  struct Case {
+    int64_t rows, cols;
+    std::vector<std::pair<int64_t, int64_t>> runs;
+  };
+  const Case cases[] = {
+      {78, 1536, {{0, 78}, {0, 4}, {0, 8}, {4, 16}, {8, 20}, {16, 76}, {12, 78}, {3, 41}, {0, 77}, {64, 78}, {76, 78}}},
+      {1126, 512, {{0, 1126}, {0, 1024}, {4, 1030}, {8, 1126}, {3, 900}, {512, 1125}}}};
+  for (const auto& [rows, cols, runs] : cases) {
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4}) {
+      const OwnedMatrix m = interleaved_copy(random_matrix(f, rows, cols, false, rng));
+      const std::vector<float> x = random_vector(size_t(cols), rng);
+      std::vector<float> twice(size_t(2 * cols));
+      std::copy(x.begin(), x.end(), twice.begin());
+      std::copy(x.begin(), x.end(), twice.begin() + cols);
+      std::vector<float> batch(size_t(2 * rows), -1.0f);
+      k.matmul_rows(m.view, 0, rows, twice.data(), cols, 2, batch.data(), rows);
+      ASSERT_EQ(std::vector<float>(batch.begin(), batch.begin() + rows),
+                std::vector<float>(batch.begin() + rows, batch.end()));
+      for (const auto& [r0, r1] : runs) {
+        std::vector<float> y(size_t(rows), -1.0f);
+        k.matmul_rows(m.view, r0, r1, x.data(), cols, 1, y.data(), rows);
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(y[size_t(r)], r >= r0 && r < r1 ? batch[size_t(r)] : -1.0f)
+              << isa_name(GetParam()) << " " << weight_format_name(f) << " rows [" << r0 << ", " << r1 << ") row " << r;
+      }
     }
   }
 }
