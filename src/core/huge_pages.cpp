@@ -32,4 +32,20 @@ void prefault_fresh_pages(void* p, size_t bytes) {
   for (size_t i = 0; i < bytes; i += page) bytes_at[i] = 0;
 }
 
+void* reserve_huge_page_region(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE) > 0 ? ::sysconf(_SC_PAGESIZE) : 4096);
+  const size_t length = (bytes + page - 1) / page * page;
+  const size_t span = length + kHugePageBytes;  // room to start on a 2 MB boundary
+  void* raw = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t begin = (first + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  if (begin > first) ::munmap(raw, begin - first);
+  const uintptr_t end = begin + length, last = first + span;
+  if (last > end) ::munmap(reinterpret_cast<void*>(end), last - end);
+  ::madvise(reinterpret_cast<void*>(begin), length, MADV_HUGEPAGE);  // best effort, before any touch
+  return reinterpret_cast<void*>(begin);
+}
+
 }  // namespace tandem

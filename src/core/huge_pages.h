@@ -21,6 +21,13 @@ void* huge_page_alloc(size_t bytes);
 // memory nobody has written yet.
 void prefault_fresh_pages(void* p, size_t bytes);
 
+// A fresh anonymous reservation of `bytes`, starting on a 2 MB boundary and advised for 2 MB pages:
+// memory is taken as pages are first touched (MAP_NORESERVE), each first touch backing 2 MB where
+// the kernel allows. For large buffers that fill over time (the KV cache), which are read through
+// in streams: on 4 KB pages their reads miss the TLB every 4 KB. nullptr when the reservation
+// fails. Release with munmap(p, bytes).
+void* reserve_huge_page_region(size_t bytes);
+
 struct HugePageFree {
   void operator()(void* p) const { std::free(p); }
 };

@@ -200,4 +200,30 @@ std::string synth_checkpoint(const std::string& preset, int seed) {
                              std::to_string(seed) + " --out");
 }
 
+MappingFlags mapping_flags_of(const void* p) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  std::ifstream smaps("/proc/self/smaps");
+  MappingFlags found;
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> begin >> dash >> end && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = at >= begin && at < end;
+      if (inside) found = {begin, end, ""};
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      found.flags = line.substr(8);
+      return found;
+    }
+  }
+  return found;
+}
+
+bool kernel_has_transparent_huge_pages() {
+  std::ifstream enabled("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  return std::getline(enabled, modes) && modes.find("[never]") == std::string::npos;
+}
+
 }  // namespace tandem::test
