@@ -206,6 +206,11 @@ constexpr int64_t kTileTokens = 8;
 // E4B decode in docs/kernels.md (14)). Two tokens read slower this way (`Prefill/q4i` at 2 tokens,
 // two cores: 195-204 -> 148-150 GFLOP/s), so they keep one stream.
 constexpr int kStreams = 3;
+// Each stream's results wait in L1 and go to y kStagedSteps groups at a time, as in the AVX-512
+// streams (matmul_avx512_vnni_interleaved.cpp): E4B q4 decode on the AVX-VNNI table of an Intel
+// Xeon (`TANDEM_ISA=avx2vnni tandem bench`, 64-112 positions, runs alternated) read 0.831-0.832 of
+// the probe with each group's rows stored straight into y and 0.854-0.855 staged.
+constexpr int64_t kStagedSteps = 32;
 
 // One token times the groups of [r0, r1) as kStreams streams. Each row's arithmetic is the
 // one-stream kernel's, so the results are the same.
@@ -217,14 +222,20 @@ void streamed_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_
   const bool short_last = interleaved_group_rows(w, g_first + (groups - 1) * kInterleaveRows) < kInterleaveRows;
   const int64_t steps = part - (short_last && groups % kStreams == 0 ? 1 : 0);
   const auto group = [&](int64_t i) { return g_first + i * kInterleaveRows; };
+  float staged[kStreams][kStagedSteps * kInterleaveRows];
   for (int64_t i = 0; i < steps; ++i) {
     int64_t g[kStreams];
     for (int s = 0; s < kStreams; ++s) g[s] = group(i + s * part);
     float out[kStreams][kInterleaveRows];
     interleaved_streams<F, kStreams>(w, g, xq, out);
-    for (int s = 0; s < kStreams; ++s)
-      for (int64_t j = std::max<int64_t>(r0 - g[s], 0); j < std::min<int64_t>(kInterleaveRows, r1 - g[s]); ++j)
-        y[g[s] + j] = out[s][j];
+    const int64_t slot = i % kStagedSteps;
+    for (int s = 0; s < kStreams; ++s) std::memcpy(staged[s] + slot * kInterleaveRows, out[s], sizeof out[s]);
+    if (slot < kStagedSteps - 1 && i < steps - 1) continue;
+    for (int s = 0; s < kStreams; ++s) {
+      const int64_t first = g[s] - slot * kInterleaveRows;  // the first row staged for this stream
+      const int64_t lo = std::max(first, r0), hi = std::min(g[s] + kInterleaveRows, r1);
+      if (hi > lo) std::memcpy(y + lo, staged[s] + (lo - first), sizeof(float) * size_t(hi - lo));
+    }
   }
   for (int s = 0; s < kStreams; ++s)
     for (int64_t i = steps; i < part; ++i) interleaved_tokens<F, 1>(w, group(i + s * part), r0, r1, xq, 0, y, 0);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/prefetch_tuning.h"
