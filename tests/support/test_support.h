@@ -69,6 +69,8 @@ std::string checkpoint_label(const std::string& name);
 // returns the node_modules folder, or "" when npm or the registry is unreachable: tests then
 // GTEST_SKIP with a clear message.
 std::string npm_modules();
+// Runs `node SCRIPT ARGS...` with NODE_PATH set to npm_modules().
+CommandResult run_node(const std::string& script, const std::string& args);
 
 // The VmFlags of the mapping of this process that holds p (/proc/self/smaps: "hg" where it was
 // advised for huge pages), with its range; flags empty when no mapping holds p.
@@ -79,7 +81,5 @@ struct MappingFlags {
 MappingFlags mapping_flags_of(const void* p);
 // Whether this kernel has transparent huge pages at all (the flag above means nothing otherwise).
 bool kernel_has_transparent_huge_pages();
-// Runs `node SCRIPT ARGS...` with NODE_PATH set to npm_modules().
-CommandResult run_node(const std::string& script, const std::string& args);
 
 }  // namespace tandem::test
