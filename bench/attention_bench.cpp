@@ -6,6 +6,10 @@
 //                                  bandwidth probed just before and after it (decode at long contexts
 //                                  streams the cache as it streams weights; at 256 keys the cache
 //                                  sits in L2, so that case shows the kernel's own pace)
+//   Cold/<kv dtype>/640            decode at E4B's bench context (a 512-token prompt plus 128), each
+//                                  call on one of 128 copies of the cache (~670 MB in f32), so that it
+//                                  streams from DRAM as a model step does after the weights evicted it
+//                                  (in E4B q4 decode a full layer's call took 180 us, here ~185)
 //   Batch8/<kv dtype>/<context>    8 sequences of that context, one row each: GB/s
 //   Prefill/<kv dtype>/<context>   the last 512 rows of a prompt of that context at once: GFLOP/s
 //                                  (2 flops per query element and key for the scores, 2 for the values)
@@ -83,9 +87,10 @@ struct BenchCache {
 };
 
 // `sequences` sequences of `context` positions, each with its last `rows` rows as queries.
-void run_attention(benchmark::State& state, const Shape& shape, KvDType dtype, int sequences, int context, int rows) {
+void run_attention(benchmark::State& state, const Shape& shape, KvDType dtype, int sequences, int context, int rows,
+                   int copies = 1) {
   double bandwidth = rows == 1 ? read_bandwidth() : 0.0;
-  const BenchCache cache(shape, dtype, sequences, context);
+  const BenchCache cache(shape, dtype, sequences * copies, context);
   const int q_heads = shape.kv_heads * shape.group;
   std::vector<float> q(size_t(sequences) * rows * q_heads * kHeadDim), out(q.size());
   std::mt19937 rng(3);
@@ -94,9 +99,9 @@ void run_attention(benchmark::State& state, const Shape& shape, KvDType dtype, i
   std::vector<int32_t> positions;
   for (int r = 0; r < rows; ++r) positions.push_back(context - rows + r);
   std::vector<KvSequence> seqs;
-  for (int s = 0; s < sequences; ++s) {
+  for (int s = 0; s < sequences * copies; ++s) {
     KvSequence ks;
-    ks.first_row = s * rows;
+    ks.first_row = (s % sequences) * rows;
     ks.rows = rows;
     ks.positions = positions.data();
     ks.blocks = cache.tables[size_t(s)].data();
@@ -110,10 +115,13 @@ void run_attention(benchmark::State& state, const Shape& shape, KvDType dtype, i
   b.q_heads = q_heads;
   b.group = shape.group;
   b.kv = cache.kv;
-  b.sequences = seqs;
+  b.sequences = std::span<const KvSequence>(seqs.data(), size_t(sequences));
   const cpu::KernelTable& k = cpu::active_kernels();
   std::vector<float> scratch;
+  int copy = 0;
   for (auto _ : state) {
+    b.sequences = std::span<const KvSequence>(seqs.data() + size_t(sequences) * copy, size_t(sequences));
+    copy = (copy + 1) % copies;
     cpu::paged_attention(pool(), k, b, scratch);
     benchmark::DoNotOptimize(out.data());
   }
@@ -131,9 +139,9 @@ void run_attention(benchmark::State& state, const Shape& shape, KvDType dtype, i
 }
 
 void register_case(const Shape& shape, const std::string& name, KvDType dtype, int sequences, int context,
-                   int rows) {
+                   int rows, int copies = 1) {
   auto* bench = benchmark::RegisterBenchmark((shape.prefix + name).c_str(), [=](benchmark::State& st) {
-    run_attention(st, shape, dtype, sequences, context, rows);
+    run_attention(st, shape, dtype, sequences, context, rows, copies);
   });
   bench->Unit(benchmark::kMicrosecond)->MinTime(0.5);
   if (bench_threads() > 1) bench->UseRealTime();
@@ -146,6 +154,7 @@ int main(int argc, char** argv) {
     const std::string d(kv_dtype_name(dtype));
     for (int context : {256, 4096, 32768, 131072})
       register_case(kE4B, "Decode/" + d + "/" + std::to_string(context), dtype, 1, context, 1);
+    register_case(kE4B, "Cold/" + d + "/640", dtype, 1, 640, 1, 128);
     register_case(kE4B, "Batch8/" + d + "/8192", dtype, 8, 8192, 1);
     for (int context : {4096, 32768})
       register_case(kE4B, "Prefill/" + d + "/" + std::to_string(context), dtype, 1, context, kPrefillRows);

@@ -95,7 +95,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--backend", o.backend, "cpu (fast path) or reference (float32 reference)")
       ->check(CLI::IsMember({"cpu", "reference"}));
   cmd.add_option("--threads", o.threads, "Threads (default: all cores)");
-  cmd.add_option("--kv-dtype", o.kv_dtype, "KV cache element type: f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  add_kv_dtype_option(cmd, o.kv_dtype);
   cmd.add_option("--weights", o.weights,
                  "resident: copy the streamed weights into huge-page memory (fastest decode); mapped: use them "
                  "in place from the file mappings (zero-copy, fastest start)")
@@ -129,6 +129,21 @@ std::string loaded_weight_layout(const ModelWeights& weights) {
   return "plain";
 }
 
+void add_kv_dtype_option(CLI::App& cmd, std::string& option) {
+  cmd.add_option("--kv-dtype", option,
+                 "KV cache element type: f32, bf16, or auto (f32 for bf16/f16/f32 weights, which then decode "
+                 "token-exact against the float32 reference; bf16 for q8/q4 weights: half the cache's memory and "
+                 "reads)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}))
+      ->capture_default_str();
+}
+
+KvDType kv_dtype_option(const std::string& option, const ModelWeights& weights) {
+  if (option == "f32") return KvDType::F32;
+  if (option == "bf16") return KvDType::BF16;
+  return default_kv_dtype(weights);
+}
+
 WeightResidency weight_residency(const std::string& option) {
   return option == "mapped" ? WeightResidency::Mapped : WeightResidency::Resident;
 }
@@ -151,7 +166,7 @@ LoadedModel load_model(const ModelOptions& o, int max_context) {
   } else {
     m.ops = std::make_unique<cpu::CpuOps>(*m.pool);
     m.model = std::make_unique<FastSequenceModel>(*m.checkpoint, *m.ops, comm, std::max(1, max_context), 256,
-                                                  o.kv_dtype == "bf16" ? KvDType::BF16 : KvDType::F32);
+                                                  kv_dtype_option(o.kv_dtype, m.checkpoint->weights));
   }
   return m;
 }

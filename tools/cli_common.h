@@ -44,7 +44,7 @@ struct ModelOptions {
   std::string model_dir;
   std::string backend = "cpu";  // cpu | reference
   int threads = 0;
-  std::string kv_dtype = "f32";
+  std::string kv_dtype = "auto";  // auto | f32 | bf16
   std::string weights = "resident";  // resident | mapped
   std::string weight_layout = "auto";  // auto | plain | interleaved
 };
@@ -60,6 +60,10 @@ ResidentWeights::LayoutChooser layout_chooser(const std::string& option, const s
 // "interleaved" when any of the loaded projections is in that layout (matrices whose columns are not
 // whole 512-column chunks always stay plain), else "plain".
 std::string loaded_weight_layout(const ModelWeights& weights);
+// --kv-dtype: auto (the default) takes default_kv_dtype (model/kv_cache.h): f32 for float weights,
+// bf16 for q8/q4 ones.
+void add_kv_dtype_option(CLI::App& cmd, std::string& option);
+KvDType kv_dtype_option(const std::string& option, const ModelWeights& weights);
 LoadedModel load_model(const ModelOptions& options, int max_context);
 
 }  // namespace tandem::cli

@@ -170,7 +170,7 @@ void bench(const BenchOptions& o) {
   const int step_tokens = std::max({o.prompt, 16 * o.batch});  // the warm-up and batch prompts are 16 tokens
   KvCacheOptions kv;
   kv.block_size = 16;
-  kv.dtype = o.model.kv_dtype == "bf16" ? KvDType::BF16 : KvDType::F32;
+  kv.dtype = kv_dtype_option(o.model.kv_dtype, ckpt->weights);
   // The single sequence and the batch decode side by side (below): room for one more sequence.
   kv.full_blocks = int64_t(o.batch + 1) * ((o.prompt + o.gen + 15) / 16 + 1);
   kv.sliding_blocks = int64_t(o.batch + 1) * KvCache::sliding_blocks_per_sequence(c, 16, step_tokens);
@@ -311,6 +311,7 @@ void bench(const BenchOptions& o) {
         {"read_bw_of", read_what},
         {"buffer_read_bw_gb_s", buffer_read_bw},
         {"buffer_roofline", buffer_roofline},
+        {"kv_dtype", std::string(kv_dtype_name(kv.dtype))},
         {"kv_bytes_per_token", kv_bytes_per_token},
         {"roofline_with_kv", roofline_with_kv},
         {"batch", o.batch},
@@ -336,7 +337,8 @@ void bench(const BenchOptions& o) {
   fmt::print("batched decode  {:.2f} tok/s aggregate ({} sequences, {:.2f}x single)\n", batch_tok_s, o.batch,
              batch_tok_s / decode_tok_s);
   fmt::print("weights/token   {:.3f} GB streamed\n", job_bytes_per_token / 1e9);
-  fmt::print("KV cache/token  {:.3f} GB read by attention (mean over the decode steps)\n", kv_bytes_per_token / 1e9);
+  fmt::print("KV cache/token  {:.3f} GB read by attention ({} cache; mean over the decode steps)\n",
+             kv_bytes_per_token / 1e9, kv_dtype_name(kv.dtype));
   fmt::print("read bandwidth  {:.1f} GB/s reading the {} ({:.1f} GB/s a separate {} MB buffer; probes between decode "
              "segments of {} tokens)\n",
              read_bw, probe_weights ? "weights' own memory" : "buffer (mapped or small weights)", buffer_read_bw,

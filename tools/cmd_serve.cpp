@@ -45,7 +45,7 @@ struct ServeOptions {
   std::string kv_memory;
   int ctx_size = 0;
   int max_step_tokens = 256;
-  std::string kv_dtype = "f32";
+  std::string kv_dtype = "auto";
   bool kv_prefault = false;
   std::string weights = "resident";
   std::string weight_layout = "auto";
@@ -215,7 +215,7 @@ void serve(const ServeOptions& o) {
   engine_options.worker.max_slots = o.parallel;
   engine_options.worker.max_step_tokens = o.max_step_tokens;
   engine_options.worker.kv_memory_bytes = kv_bytes;
-  engine_options.worker.kv_dtype = o.kv_dtype == "bf16" ? KvDType::BF16 : KvDType::F32;
+  engine_options.worker.kv_dtype = kv_dtype_option(o.kv_dtype, checkpoint->weights);
   engine_options.worker.kv_prefault = o.kv_prefault;
   engine_options.max_waiting = o.max_queue;
   engine_options.context_limit = o.ctx_size;
@@ -248,7 +248,8 @@ void serve(const ServeOptions& o) {
   fmt::print(stderr,
              "tandem: ready: serving '{}' from {} on http://{}:{} (context {} tokens, {} sequences at once, KV {:.0f} "
              "MiB {}{}, {} weight layout, {} threads{})\n",
-             name, dir, o.host, port, engine.context_limit(), o.parallel, double(kv_bytes) / 1048576.0, o.kv_dtype,
+             name, dir, o.host, port, engine.context_limit(), o.parallel, double(kv_bytes) / 1048576.0,
+             kv_dtype_name(engine_options.worker.kv_dtype),
              o.kv_prefault ? " prefaulted" : "",
              loaded_weight_layout(checkpoint->weights), pool.size(),
              comm.size() > 1 ? fmt::format(", {} ranks", comm.size()) : "");
@@ -295,9 +296,7 @@ void register_serve(CLI::App& app) {
       ->check(CLI::IsMember({"resident", "mapped"}))
       ->capture_default_str();
   add_weight_layout_option(*cmd, o->weight_layout);
-  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache element type: f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+  add_kv_dtype_option(*cmd, o->kv_dtype);
   cmd->add_flag("--kv-prefault", o->kv_prefault,
                 "Back the whole KV budget with memory at start-up (huge pages where allowed) instead of as "
                 "sequences first use it: no page faults in the steps, the memory committed up front");

@@ -56,6 +56,13 @@ KvCacheOptions KvCache::plan(const Gemma4Config& c, const ModelWeights& w, size_
   return o;
 }
 
+KvDType default_kv_dtype(const ModelWeights& weights) {
+  // The MLP's matrices hold most of what a token streams; a checkpoint quantizes all or none of them.
+  for (const LayerWeights& l : weights.layers)
+    if (is_quantized(l.gate_proj.format) || is_quantized(l.down_proj.format)) return KvDType::BF16;
+  return KvDType::F32;
+}
+
 KvCache::KvCache(const Gemma4Config& config, const ModelWeights& weights, const KvCacheOptions& options)
     : config_(config), options_(options), layers_(config.layers.size()) {
   if (options.block_size < 1) fail("KV block size must be positive");

@@ -31,6 +31,14 @@ struct KvSequenceBlocks {
   int length = 0;                   // positions [0, length) are stored
 };
 
+// The KV cache element type a model gets unless its user picks one (`--kv-dtype auto`): f32 where
+// the streamed weights are float (bf16/f16/f32), so that greedy decode stays token-exact against the
+// float32 reference; bf16 where they are quantized (q8/q4), whose outputs already differ from the
+// float model by far more than rounding K and V to bf16 moves them (docs/quantization.md). There a
+// bf16 cache halves what attention reads per token and what each cached token costs, as llama.cpp
+// (f16) and vLLM (the model's bf16) keep theirs.
+KvDType default_kv_dtype(const ModelWeights& weights);
+
 class KvCache {
  public:
   KvCache(const Gemma4Config& config, const ModelWeights& weights, const KvCacheOptions& options);

@@ -4,6 +4,7 @@
 
 #include "model/checkpoint.h"
 #include "model/kv_cache.h"
+#include "model/quantize_checkpoint.h"
 #include "support/test_support.h"
 
 namespace tandem {
@@ -25,6 +26,27 @@ TEST(KvCache, BlocksLiveInMemoryAdvisedForHugePages) {
       EXPECT_TRUE(at >= first.begin && at < first.end) << "layer " << layer;
     }
   }
+}
+
+// Float weights keep an f32 cache (greedy decode token-exact against the float32 reference);
+// quantized ones, whose outputs move far more than bf16 K/V rounding moves them, get a bf16 cache.
+TEST(KvCache, DefaultElementTypeFollowsTheStreamedWeights) {
+  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::F16, WeightFormat::Q8,
+                              WeightFormat::Q4}) {
+    ModelWeights weights;
+    weights.layers.resize(3);
+    for (LayerWeights& l : weights.layers) l.gate_proj.format = l.down_proj.format = format;
+    EXPECT_EQ(default_kv_dtype(weights), is_quantized(format) ? KvDType::BF16 : KvDType::F32)
+        << weight_format_name(format);
+  }
+  ModelWeights none;
+  EXPECT_EQ(default_kv_dtype(none), KvDType::F32);
+  // A real quantized checkpoint as the loader binds it, and the float one it came from.
+  const std::string original = test::synth_checkpoint("tiny");
+  test::TempDir q4;
+  quantize_checkpoint(original, q4.path(), WeightFormat::Q4, false);
+  EXPECT_EQ(default_kv_dtype(Gemma4Checkpoint::open(original)->weights), KvDType::F32);
+  EXPECT_EQ(default_kv_dtype(Gemma4Checkpoint::open(q4.path())->weights), KvDType::BF16);
 }
 
 }  // namespace

@@ -229,6 +229,26 @@ TEST(Bench, KvBytesPerTokenCountWhatEachLayerReads) {
   }
 }
 
+// --kv-dtype auto (the default): an f32 cache for float weights, bf16 for quantized ones; an explicit
+// choice wins. The cache's bytes read per token follow the element type actually used.
+TEST(Bench, KvDtypeAutoIsF32ForFloatWeightsAndBf16ForQuantized) {
+  const std::string original = test::synth_checkpoint("tiny");
+  test::TempDir q8;
+  quantize_checkpoint(original, q8.path(), WeightFormat::Q8, false);
+  auto bench = [&](const std::string& model, const std::string& options) {
+    auto r = test::run(tandem_cmd("bench --model " + model + " --prompt 24 --gen 2 --batch 1 --threads 2 --json" + options));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? json::parse(r.out) : json::object();
+  };
+  const json float_default = bench(original, ""), q8_default = bench(q8.path(), ""), q8_f32 = bench(q8.path(), " --kv-dtype f32");
+  EXPECT_EQ(float_default.value("kv_dtype", ""), "f32");
+  EXPECT_EQ(q8_default.value("kv_dtype", ""), "bf16");
+  EXPECT_EQ(q8_f32.value("kv_dtype", ""), "f32");
+  EXPECT_EQ(bench(original, " --kv-dtype bf16").value("kv_dtype", ""), "bf16");
+  ASSERT_TRUE(q8_default.contains("kv_bytes_per_token") && q8_f32.contains("kv_bytes_per_token"));
+  EXPECT_DOUBLE_EQ(q8_default["kv_bytes_per_token"].get<double>() * 2, q8_f32["kv_bytes_per_token"].get<double>());
+}
+
 // --weight-layout: auto loads the row groups (interleaved) wherever this CPU's kernels read them,
 // for one sequence as for batches; an explicit choice wins; mapped weights cannot be rearranged.
 TEST(Bench, WeightLayoutAutoTakesTheRowGroupsTheKernelsRead) {
