@@ -115,7 +115,6 @@ void run_attention(benchmark::State& state, const Shape& shape, KvDType dtype, i
   b.q_heads = q_heads;
   b.group = shape.group;
   b.kv = cache.kv;
-  b.sequences = std::span<const KvSequence>(seqs.data(), size_t(sequences));
   const cpu::KernelTable& k = cpu::active_kernels();
   std::vector<float> scratch;
   int copy = 0;
