@@ -189,12 +189,11 @@ void bench(const BenchOptions& o) {
   Gemma4Model model(c, ckpt->weights, ops, timed, cache, step_tokens, o.batch);
   const int64_t vocab_local = model.vocab_local();
 
-  // Each sequence's next token as the engine picks a greedy request's: its logits row copied out,
-  // then the sampler (over this rank's slice of the vocabulary: the bench measures speed, not text).
+  // Each sequence's next token as the engine picks a greedy request's: the sampler over its logits
+  // row (this rank's slice of the vocabulary: the bench measures speed, not text).
   SamplingParams greedy;
   greedy.temperature = 0;
   std::vector<Sampler> samplers(size_t(o.batch) + 1, Sampler(greedy, {}));  // the last: the single sequence's
-  std::vector<float> logits_row(static_cast<size_t>(vocab_local));
   Sampler* const single_sampler = &samplers.back();
   auto run = [&](std::vector<KvSequenceBlocks>& seqs, std::vector<std::vector<int32_t>>& tokens,
                  Sampler* sampler) {
@@ -205,8 +204,7 @@ void bench(const BenchOptions& o) {
     }
     model.forward(batch);
     for (size_t s = 0; s < seqs.size(); ++s) {
-      std::copy(model.logits(int(s)), model.logits(int(s)) + vocab_local, logits_row.begin());
-      tokens[s] = {sampler[s].sample(logits_row).token};
+      tokens[s] = {sampler[s].sample(std::span(model.logits(int(s)), size_t(vocab_local))).token};
     }
   };
 

@@ -62,7 +62,6 @@ Engine::Engine(const Gemma4Checkpoint& checkpoint, Ops& ops, Communicator& comm,
   const KvCache& cache = worker_->cache();
   if (cache.options().full_blocks > 0)
     context_limit_ = int(std::min<int64_t>(context_limit_, cache.options().full_blocks * cache.options().block_size));
-  logits_row_.resize(size_t(vocab_size_));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -245,12 +244,11 @@ void Engine::step() {
     if (plan_.sequences[i].logit_rows == 0) continue;
     ScheduledSequence* seq = planned[i];
     Request& r = *requests_.at(seq->id);
-    std::copy(full.begin() + int64_t(row) * vocab_size_, full.begin() + int64_t(row + 1) * vocab_size_,
-              logits_row_.begin());
+    const std::span<const float> logits = full.subspan(size_t(row) * size_t(vocab_size_), size_t(vocab_size_));
     const std::optional<double> normalizer =
         plan_.need_log_normalizers ? std::optional<double>(normalizers[size_t(row)]) : std::nullopt;
     ++row;
-    const SampledToken t = r.sampler->sample(logits_row_, normalizer);
+    const SampledToken t = r.sampler->sample(logits, normalizer);
     if (r.generated == 0) stat_prompt_ += uint64_t(r.prompt_tokens);
     if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), t.token) != r.stop_tokens.end()) {
       finish(r, FinishReason::Stop, t.token);

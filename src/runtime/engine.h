@@ -117,7 +117,6 @@ class Engine {
   std::vector<ScheduledSequence*> running_;
   std::vector<int> released_;
   StepPlan plan_;
-  std::vector<float> logits_row_;
 
   std::atomic<int> stat_running_{0}, stat_waiting_{0};
   std::atomic<double> stat_kv_usage_{0.0};

@@ -11,13 +11,6 @@ namespace tandem {
 
 namespace {
 
-// log-sum-exp of the whole row, for log-probabilities.
-double log_normalizer(std::span<const float> logits) {
-  const float max = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (float v : logits) sum += std::exp(double(v) - max);
-  return max + std::log(sum);
-}
 
 // Whether token a comes before token b in the warpers' order: logit descending, the lower id first
 // among equal logits; a NaN logit counts as -inf, so the order stays strict and weak for std::sort.
@@ -64,41 +57,6 @@ int32_t argmax(std::span<const float> logits, std::vector<float>& maxima) {
   for (size_t i = best_block * kBlock; i < logits.size(); ++i)
     if (logits[i] == best) return int32_t(i);
   return 0;
-}
-
-// The first k ids in the warpers' order (comes_before), as a partial sort of every id gives them.
-// The k largest block maxima are logits of k different ids, so the k-th of them is a floor that
-// every one of the first k ids reaches; only the blocks whose maximum reaches it are scanned, and
-// only their ids at or above it sorted: a few hundred of Gemma's 262144 for k = 64, where a heap
-// over every id took ~0.3 ms per token. maxima: scratch.
-void top_k_order(std::span<const float> logits, size_t k, std::vector<float>& maxima, std::vector<int32_t>& order) {
-  const size_t vocab = logits.size();
-  float floor = -INFINITY;
-  size_t blocks = 0;
-  if (k > 0 && vocab > k * kBlock) {
-    block_maxima(logits, maxima);
-    blocks = maxima.size();
-    maxima.resize(2 * blocks);  // a copy to select from, after the maxima in block order
-    const auto selected = maxima.begin() + long(blocks);
-    std::copy(maxima.begin(), selected, selected);
-    std::nth_element(selected, selected + long(k - 1), maxima.end(), std::greater<float>());
-    floor = selected[long(k - 1)];
-  }
-  order.clear();
-  if (floor == -INFINITY) {  // nothing to cut by value (and NaNs, as -inf, may be among the first k)
-    order.resize(vocab);
-    std::iota(order.begin(), order.end(), 0);
-  } else {
-    for (size_t b = 0; b < blocks; ++b) {
-      if (!(maxima[b] >= floor)) continue;
-      for (size_t i = b * kBlock; i < std::min(vocab, (b + 1) * kBlock); ++i)
-        if (logits[i] >= floor) order.push_back(int32_t(i));
-    }
-  }
-  k = std::min(k, order.size());
-  std::partial_sort(order.begin(), order.begin() + long(k), order.end(),
-                    [&](int32_t a, int32_t b) { return comes_before(logits, a, b); });
-  order.resize(k);
 }
 
 // A candidate's weight exp(logit / T - max): nothing for a NaN logit; when the largest logit is
@@ -156,9 +114,62 @@ class LazyOrder {
 
 }  // namespace
 
+RowExpSums row_exp_sums(std::span<const float> logits) {
+  RowExpSums r;
+  for (float v : logits) r.max = v > r.max ? v : r.max;  // NaNs never compare greater
+  if (r.max == -INFINITY) return r;
+  for (float v : logits)
+    if (!std::isnan(v)) r.sum += std::exp(double(v) - r.max);
+  return r;
+}
+
+double log_normalizer(std::span<const float> logits) {
+  const RowExpSums r = row_exp_sums(logits);
+  return r.sum > 0.0 ? r.max + std::log(r.sum) : -INFINITY;
+}
+
+// The first k ids in the warpers' order (comes_before), as a partial sort of every id gives them.
+// The k largest block maxima are logits of k different ids, so the k-th of them is a floor that
+// every one of the first k ids reaches; only the blocks whose maximum reaches it are scanned, and
+// only their ids at or above it sorted: a few hundred of Gemma's 262144 for k = 64, where a heap
+// over every id took ~0.3 ms per token. maxima: scratch.
+void top_k_order(std::span<const float> logits, size_t k, std::vector<float>& maxima, std::vector<int32_t>& order) {
+  const size_t vocab = logits.size();
+  float floor = -INFINITY;
+  size_t blocks = 0;
+  if (k > 0 && vocab > k * kBlock) {
+    block_maxima(logits, maxima);
+    blocks = maxima.size();
+    maxima.resize(2 * blocks);  // a copy to select from, after the maxima in block order
+    const auto selected = maxima.begin() + long(blocks);
+    std::copy(maxima.begin(), selected, selected);
+    std::nth_element(selected, selected + long(k - 1), maxima.end(), std::greater<float>());
+    floor = selected[long(k - 1)];
+  }
+  order.clear();
+  if (floor == -INFINITY) {  // nothing to cut by value (and NaNs, as -inf, may be among the first k)
+    order.resize(vocab);
+    std::iota(order.begin(), order.end(), 0);
+  } else {
+    for (size_t b = 0; b < blocks; ++b) {
+      if (!(maxima[b] >= floor)) continue;
+      for (size_t i = b * kBlock; i < std::min(vocab, (b + 1) * kBlock); ++i)
+        if (logits[i] >= floor) order.push_back(int32_t(i));
+    }
+  }
+  k = std::min(k, order.size());
+  std::partial_sort(order.begin(), order.begin() + long(k), order.end(),
+                    [&](int32_t a, int32_t b) { return comes_before(logits, a, b); });
+  order.resize(k);
+}
+
 Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt) : params_(params) {
   rng_.seed(params.seed ? *params.seed : std::random_device{}());
   if (params.repetition_penalty != 1.0f) penalized_.assign(prompt.begin(), prompt.end());
+}
+
+bool Sampler::penalizes() const {
+  return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
 }
 
 void Sampler::apply_penalties(std::span<float> logits) const {
@@ -244,30 +255,23 @@ int32_t Sampler::sample_warped(std::span<const float> logits) {
   return pick;
 }
 
-SampledToken Sampler::sample(std::span<float> logits, std::optional<double> given_normalizer) {
+SampledToken Sampler::sample(std::span<const float> logits, std::optional<double> given_normalizer) {
   SampledToken out;
   // Log-probabilities describe the model's own distribution, before penalties and warpers.
   double normalizer = 0.0;
   if (params_.logprobs) normalizer = given_normalizer ? *given_normalizer : log_normalizer(logits);
   if (params_.logprobs && params_.top_logprobs > 0) {
-    const size_t k = std::min(size_t(params_.top_logprobs), logits.size());
-    order_.resize(logits.size());
-    std::iota(order_.begin(), order_.end(), 0);
-    std::partial_sort(order_.begin(), order_.begin() + long(k), order_.end(),
-                      [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
-    for (size_t i = 0; i < k; ++i)
-      out.top.push_back({order_[i], float(logits[size_t(order_[i])] - normalizer)});
+    top_k_order(logits, std::min(size_t(params_.top_logprobs), logits.size()), maxima_, order_);
+    for (int32_t id : order_) out.top.push_back({id, float(logits[size_t(id)] - normalizer)});
   }
-  std::vector<float> raw;
-  if (params_.logprobs) raw.assign(logits.begin(), logits.end());
-
-  apply_penalties(logits);
-  if (params_.greedy()) {
-    out.token = argmax(logits, maxima_);
-  } else {
-    out.token = sample_warped(logits);
+  std::span<const float> warped = logits;
+  if (penalizes()) {
+    penalized_logits_.assign(logits.begin(), logits.end());
+    apply_penalties(penalized_logits_);
+    warped = penalized_logits_;
   }
-  if (params_.logprobs) out.logprob = float(raw[size_t(out.token)] - normalizer);
+  out.token = params_.greedy() ? argmax(warped, maxima_) : sample_warped(warped);
+  if (params_.logprobs) out.logprob = float(logits[size_t(out.token)] - normalizer);
   ++output_counts_[out.token];
   if (params_.repetition_penalty != 1.0f) penalized_.push_back(out.token);
   return out;

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 #include "core/error.h"
+#include "runtime/sampler.h"
 
 namespace tandem {
 
@@ -52,14 +52,6 @@ struct Candidate {
   float logit;
 };
 
-double log_sum_exp(const float* x, int64_t n, float* max_out) {
-  const float max = *std::max_element(x, x + n);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(x[i]) - max);
-  *max_out = max;
-  return sum;
-}
-
 }  // namespace
 
 std::span<const float> Worker::full_logits(int candidates, bool with_normalizers) {
@@ -68,30 +60,24 @@ std::span<const float> Worker::full_logits(int candidates, bool with_normalizers
   const int ranks = comm_.size();
   normalizers_.assign(size_t(rows), 0.0);
   if (ranks == 1) {
-    for (int r = 0; r < rows && with_normalizers; ++r) {
-      float max;
-      const double sum = log_sum_exp(model_->logits(r), local, &max);
-      normalizers_[size_t(r)] = max + std::log(sum);
-    }
+    for (int r = 0; r < rows && with_normalizers; ++r)
+      normalizers_[size_t(r)] = log_normalizer(std::span(model_->logits(r), size_t(local)));
     return {model_->logits(0), size_t(rows) * size_t(local)};
   }
   // Per row and rank: [max, sum of exp(logit - max)] as two doubles, then `c` candidates.
   const int c = int(std::clamp<int64_t>(candidates, 1, local));
   const size_t row_bytes = 2 * sizeof(double) + size_t(c) * sizeof(Candidate);
   packed_.resize(size_t(rows) * row_bytes);
-  order_.resize(size_t(local));
   for (int r = 0; r < rows; ++r) {
     const float* logits = model_->logits(r);
-    float max = *std::max_element(logits, logits + local);
-    const double sum = with_normalizers ? log_sum_exp(logits, local, &max) : 1.0;
-    const double stats[2] = {max, sum};
+    const RowExpSums e = row_exp_sums(std::span(logits, size_t(local)));
+    const double stats[2] = {e.max, with_normalizers ? e.sum : 1.0};
     uint8_t* out = packed_.data() + size_t(r) * row_bytes;
     std::memcpy(out, stats, sizeof stats);
-    std::iota(order_.begin(), order_.end(), 0);
-    std::partial_sort(order_.begin(), order_.begin() + c, order_.end(),
-                      [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    top_k_order(std::span(logits, size_t(local)), size_t(c), maxima_, order_);
     for (int i = 0; i < c; ++i) {
-      const Candidate cand{int32_t(model_->vocab_first() + order_[size_t(i)]), logits[order_[size_t(i)]]};
+      const int32_t id = order_[size_t(std::min(i, int(order_.size()) - 1))];  // c <= local: there are c
+      const Candidate cand{int32_t(model_->vocab_first() + id), logits[id]};
       std::memcpy(out + 2 * sizeof(double) + size_t(i) * sizeof(Candidate), &cand, sizeof cand);
     }
   }
@@ -111,14 +97,14 @@ std::span<const float> Worker::full_logits(int candidates, bool with_normalizers
       const uint8_t* in = gathered_.data() + size_t(k) * packed_.size() + size_t(r) * row_bytes;
       double stats[2];
       std::memcpy(stats, in, sizeof stats);
-      sum += stats[1] * std::exp(stats[0] - global_max);
+      if (stats[0] > -INFINITY) sum += stats[1] * std::exp(stats[0] - global_max);  // a rank with no finite logit adds 0
       for (int i = 0; i < c; ++i) {
         Candidate cand;
         std::memcpy(&cand, in + 2 * sizeof(double) + size_t(i) * sizeof(Candidate), sizeof cand);
         full_[size_t(r) * size_t(vocab) + size_t(cand.id)] = cand.logit;
       }
     }
-    normalizers_[size_t(r)] = global_max + std::log(sum);
+    normalizers_[size_t(r)] = sum > 0.0 ? global_max + std::log(sum) : -INFINITY;
   }
   return full_;
 }

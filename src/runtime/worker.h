@@ -55,6 +55,7 @@ class Worker {
   std::vector<double> normalizers_;
   std::vector<uint8_t> packed_, gathered_;
   std::vector<int32_t> order_;
+  std::vector<float> maxima_;  // scratch of top_k_order
 };
 
 }  // namespace tandem

@@ -288,5 +288,60 @@ TEST(Sampler, LogprobsDescribeTheModelDistribution) {
   EXPECT_NEAR(t.top[1].logprob, 2.5 - std::log(total), 1e-5);
 }
 
+// Over a row far wider than the top_logprobs count (the sampler reads only the blocks that can hold
+// them), the alternatives are the reference sort's first k: logit descending, the lower id first
+// among equal logits, never a NaN.
+TEST(Sampler, TopLogprobsOverAWholeVocabularyAreTheReferenceOrder) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> l(20000);
+  for (float& v : l) v = std::round(normal(rng) * 8.0f) / 8.0f;  // coarse: many equal logits
+  l[777] = NAN;
+  l[12345] = 12.0f;
+  SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = true;
+  p.top_logprobs = 40;
+  Sampler s(p, {});
+  const SampledToken t = s.sample(l);
+  std::vector<int32_t> ids(l.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    const float la = std::isnan(l[size_t(a)]) ? -INFINITY : l[size_t(a)];
+    const float lb = std::isnan(l[size_t(b)]) ? -INFINITY : l[size_t(b)];
+    return la > lb;
+  });
+  double total = 0;
+  for (float v : l)
+    if (!std::isnan(v)) total += std::exp(double(v) - 12.0);
+  const double normalizer = 12.0 + std::log(total);
+  ASSERT_EQ(t.top.size(), 40u);
+  for (size_t i = 0; i < t.top.size(); ++i) {
+    EXPECT_EQ(t.top[i].token, ids[i]) << i;
+    EXPECT_NEAR(t.top[i].logprob, l[size_t(ids[i])] - normalizer, 1e-4) << i;
+  }
+  EXPECT_EQ(t.token, 12345);
+}
+
+// Penalties steer the choice but not the reported log-probabilities, which describe the model's
+// own row; the caller's row is read, never written.
+TEST(Sampler, PenaltiesLeaveTheRowAndItsLogprobsAlone) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 4.0f;  // token 1 (3.0, in the prompt) -> 0.75: token 4 (2.5) wins
+  p.logprobs = true;
+  p.top_logprobs = 1;
+  Sampler s(p, std::vector<int32_t>{1});
+  const std::vector<float> l = row();
+  const SampledToken t = s.sample(l);
+  EXPECT_EQ(t.token, 4);
+  EXPECT_EQ(l, row());
+  double total = 0;
+  for (float v : row()) total += std::exp(v);
+  EXPECT_NEAR(t.logprob, 2.5 - std::log(total), 1e-5);
+  ASSERT_EQ(t.top.size(), 1u);
+  EXPECT_EQ(t.top[0].token, 1);  // the model's most likely token, before the penalty
+}
+
 }  // namespace
 }  // namespace tandem

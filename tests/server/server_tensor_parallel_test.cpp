@@ -1,6 +1,6 @@
 // `tandem serve` under mpirun: rank 0 serves HTTP and runs the engine, rank 1 follows its step
-// plans. Greedy answers equal the single-rank server's, concurrent requests work, and a signal to
-// mpirun shuts every rank down cleanly.
+// plans. Greedy answers and log-probabilities equal the single-rank server's, concurrent requests
+// work, and a signal to mpirun shuts every rank down cleanly.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -26,6 +26,33 @@ std::string answer(const ServerProcess& server, const std::string& text, int max
   return r.status == 200 ? r.json()["choices"][0]["message"]["content"].get<std::string>() : std::string();
 }
 
+// The top_logprobs lists of a short greedy answer: under TP each rank sends its best candidates
+// and the log-sum-exp of its slice, which rank 0 merges.
+json top_logprobs(const ServerProcess& server, const std::string& text) {
+  json body = json::parse(chat_body(text, 4));
+  body["logprobs"] = true;
+  body["top_logprobs"] = 3;
+  const HttpReply r = curl("-X POST " + server.base_url() + "/v1/chat/completions -H 'content-type: application/json' -d " +
+                           shell_quote(body.dump()));
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.status == 200 ? r.json()["choices"][0]["logprobs"]["content"] : json::array();
+}
+
+void expect_same_logprobs(const json& single, const json& tp) {
+  ASSERT_EQ(single.size(), tp.size());
+  for (size_t i = 0; i < single.size(); ++i) {
+    EXPECT_EQ(single[i]["token"], tp[i]["token"]);
+    EXPECT_NEAR(single[i]["logprob"].get<double>(), tp[i]["logprob"].get<double>(), 1e-3);
+    ASSERT_EQ(single[i]["top_logprobs"].size(), 3u);
+    ASSERT_EQ(tp[i]["top_logprobs"].size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(single[i]["top_logprobs"][k]["token"], tp[i]["top_logprobs"][k]["token"]) << i << " " << k;
+      EXPECT_NEAR(single[i]["top_logprobs"][k]["logprob"].get<double>(),
+                  tp[i]["top_logprobs"][k]["logprob"].get<double>(), 1e-3);
+    }
+  }
+}
+
 // The child of mpirun whose environment says OMPI_COMM_WORLD_RANK=0.
 int rank_zero_pid(int mpirun_pid) {
   const CommandResult r = run("pgrep -P " + std::to_string(mpirun_pid));
@@ -49,10 +76,12 @@ TEST(ServerTensorParallel, TwoRanksAnswerLikeOne) {
   const std::vector<std::string> prompts = {"Hello there", "Tell me about the sea, the sky and the mountains.", "1 2 3"};
 
   std::vector<std::string> single;
+  json single_logprobs;
   {
     ServerProcess server;
     server.start(model, {"--threads", "1", "--kv-memory", "512MiB"});
     for (const auto& p : prompts) single.push_back(answer(server, p, 12));
+    single_logprobs = top_logprobs(server, prompts[1]);
     EXPECT_EQ(server.stop(SIGTERM), 0);
   }
   std::vector<std::string> launcher = {"mpirun", "--oversubscribe", "-np", "2"};
@@ -60,6 +89,7 @@ TEST(ServerTensorParallel, TwoRanksAnswerLikeOne) {
   ServerProcess server;
   server.start(model, {"--threads", "1", "--kv-memory", "512MiB"}, 180, launcher);
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(answer(server, prompts[i], 12), single[i]) << prompts[i];
+  expect_same_logprobs(single_logprobs, top_logprobs(server, prompts[1]));
   // Concurrent requests are batched into the same steps on both ranks.
   std::vector<std::future<std::string>> together;
   for (const auto& p : prompts) together.push_back(std::async(std::launch::async, [&, p] { return answer(server, p, 12); }));
