@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -112,14 +114,70 @@ class LazyOrder {
   int band_ = 0;
 };
 
+// exp(x) for x <= 0 (a logit minus the row's max; NaN stays NaN): 2^n p(r), r = x - n ln 2, p of
+// degree 6, relative error ~2e-7, 0 below -87. Plain float arithmetic (rounding by the 1.5 * 2^23
+// trick, 2^n from its exponent bits) that the compiler vectorizes for the baseline ISA: libm's
+// double exp over a 262144-token row took 1.3 ms per sequence and step, 1.5% of an E4B q4 decode
+// step for every request that asks for log-probabilities.
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  float r = x - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (int32_t(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
 }  // namespace
 
+// Compiled for AVX-512, AVX2 and the baseline, the copy picked at load time from cpuid (GCC's
+// target_clones): 262144 logits in ~0.1 ms on AVX-512 against ~0.7 at the baseline's 4 lanes.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 RowExpSums row_exp_sums(std::span<const float> logits) {
   RowExpSums r;
-  for (float v : logits) r.max = v > r.max ? v : r.max;  // NaNs never compare greater
+  constexpr size_t kLanes = 16, kRun = 1024;
+  const float* p = logits.data();
+  const size_t n = logits.size(), whole = n / kLanes * kLanes;
+  {
+    float lanes[kLanes];
+    for (float& l : lanes) l = -INFINITY;
+    for (size_t i = 0; i < whole; i += kLanes)
+      for (size_t j = 0; j < kLanes; ++j) lanes[j] = p[i + j] > lanes[j] ? p[i + j] : lanes[j];  // NaNs never win
+    for (float l : lanes) r.max = l > r.max ? l : r.max;
+    for (size_t i = whole; i < n; ++i) r.max = p[i] > r.max ? p[i] : r.max;
+  }
   if (r.max == -INFINITY) return r;
-  for (float v : logits)
-    if (!std::isnan(v)) r.sum += std::exp(double(v) - r.max);
+  if (r.max == INFINITY) {  // exp(logit - inf): 1 for each +inf logit, 0 for the rest
+    for (float v : logits) r.sum += v == INFINITY ? 1.0 : 0.0;
+    return r;
+  }
+  // Sixteen float sums over runs of 1024 logits (each term is at most 1, so a run's sums stay
+  // within ~4e-6 of exact), added into a double.
+  const float max = r.max;
+  for (size_t run = 0; run < whole; run += kRun) {
+    float lanes[kLanes] = {};
+    const size_t end = std::min(whole, run + kRun);
+    for (size_t i = run; i < end; i += kLanes)
+      for (size_t j = 0; j < kLanes; ++j) {
+        const float e = exp_nonpositive(p[i + j] - max);
+        lanes[j] += e == e ? e : 0.0f;  // a NaN logit counts as -inf
+      }
+    for (float l : lanes) r.sum += double(l);
+  }
+  for (size_t i = whole; i < n; ++i)
+    if (!std::isnan(p[i])) r.sum += double(exp_nonpositive(p[i] - max));
   return r;
 }
 

@@ -323,6 +323,33 @@ TEST(Sampler, TopLogprobsOverAWholeVocabularyAreTheReferenceOrder) {
   EXPECT_EQ(t.token, 12345);
 }
 
+// The log-sum-exp under every log-probability, over a Gemma-sized row with masked (-inf) and NaN
+// logits, against libm in double precision; a row of nothing finite gives -inf, one with +inf
+// logits +inf.
+TEST(Sampler, LogNormalizerOfAWholeVocabularyMatchesDoublePrecision) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(-3.0f, 6.0f);
+  std::vector<float> l(262144 + 5);  // a tail past the vector width
+  for (float& v : l) v = normal(rng);
+  l[3] = -INFINITY;
+  l[100] = NAN;
+  l[262146] = -INFINITY;
+  l[5000] = 41.0f;  // one logit far above the rest
+  double sum = 0.0;
+  for (float v : l)
+    if (!std::isnan(v)) sum += std::exp(double(v) - 41.0);
+  EXPECT_NEAR(log_normalizer(l), 41.0 + std::log(sum), 1e-6);
+  l[5000] = 2.0f;  // now thousands of terms of similar size
+  sum = 0.0;
+  float max = -INFINITY;
+  for (float v : l) max = v > max ? v : max;
+  for (float v : l)
+    if (!std::isnan(v)) sum += std::exp(double(v) - max);
+  EXPECT_NEAR(log_normalizer(l), max + std::log(sum), 1e-5);
+  EXPECT_EQ(log_normalizer(std::vector<float>{-INFINITY, NAN, -INFINITY}), -INFINITY);
+  EXPECT_EQ(log_normalizer(std::vector<float>{1.0f, INFINITY, 2.0f}), INFINITY);
+}
+
 // Penalties steer the choice but not the reported log-probabilities, which describe the model's
 // own row; the caller's row is read, never written.
 TEST(Sampler, PenaltiesLeaveTheRowAndItsLogprobsAlone) {
