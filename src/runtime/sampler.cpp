@@ -13,7 +13,6 @@ namespace tandem {
 
 namespace {
 
-
 // Whether token a comes before token b in the warpers' order: logit descending, the lower id first
 // among equal logits; a NaN logit counts as -inf, so the order stays strict and weak for std::sort.
 bool comes_before(std::span<const float> logits, int32_t a, int32_t b) {
@@ -141,7 +140,7 @@ inline float exp_nonpositive(float x) {
 }  // namespace
 
 // Compiled for AVX-512, AVX2 and the baseline, the copy picked at load time from cpuid (GCC's
-// target_clones): 262144 logits in ~0.1 ms on AVX-512 against ~0.7 at the baseline's 4 lanes.
+// target_clones): 262144 logits in ~0.1 ms on AVX-512 (1.26 ms with libm's double exp).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif

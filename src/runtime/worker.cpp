@@ -64,14 +64,15 @@ std::span<const float> Worker::full_logits(int candidates, bool with_normalizers
       normalizers_[size_t(r)] = log_normalizer(std::span(model_->logits(r), size_t(local)));
     return {model_->logits(0), size_t(rows) * size_t(local)};
   }
-  // Per row and rank: [max, sum of exp(logit - max)] as two doubles, then `c` candidates.
+  // Per row and rank: [max, sum of exp(logit - max)] as two doubles (-inf and 0 where no request
+  // of the step wants log-probabilities), then `c` candidates.
   const int c = int(std::clamp<int64_t>(candidates, 1, local));
   const size_t row_bytes = 2 * sizeof(double) + size_t(c) * sizeof(Candidate);
   packed_.resize(size_t(rows) * row_bytes);
   for (int r = 0; r < rows; ++r) {
     const float* logits = model_->logits(r);
-    const RowExpSums e = row_exp_sums(std::span(logits, size_t(local)));
-    const double stats[2] = {e.max, with_normalizers ? e.sum : 1.0};
+    const RowExpSums e = with_normalizers ? row_exp_sums(std::span(logits, size_t(local))) : RowExpSums{};
+    const double stats[2] = {e.max, e.sum};
     uint8_t* out = packed_.data() + size_t(r) * row_bytes;
     std::memcpy(out, stats, sizeof stats);
     top_k_order(std::span(logits, size_t(local)), size_t(c), maxima_, order_);
