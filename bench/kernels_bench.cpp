@@ -116,7 +116,11 @@ struct Shape {
   int64_t rows, cols;
 };
 
-constexpr Shape kShapes[] = {{"10240x2560", 10240, 2560}, {"2560x10240", 2560, 10240}, {"262144x2560", 262144, 2560}};
+// E4B's MLP (gate/up, down) and LM head, then the small matrices whose per-call costs weigh: the
+// sliding layers' q and o projections and the per-layer-input gate and projection.
+constexpr Shape kShapes[] = {{"10240x2560", 10240, 2560}, {"2560x10240", 2560, 10240}, {"262144x2560", 262144, 2560},
+                             {"2048x2560", 2048, 2560},   {"2560x2048", 2560, 2048},   {"256x2560", 256, 2560},
+                             {"2560x256", 2560, 256}};
 constexpr WeightFormat kFormats[] = {WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16, WeightFormat::Q8,
                                      WeightFormat::Q4};
 
