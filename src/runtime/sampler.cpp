@@ -1,5 +1,7 @@
 #include "runtime/sampler.h"
 
+#include "runtime/warp_order.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,14 +14,6 @@
 namespace tandem {
 
 namespace {
-
-// Whether token a comes before token b in the warpers' order: logit descending, the lower id first
-// among equal logits; a NaN logit counts as -inf, so the order stays strict and weak for std::sort.
-bool comes_before(std::span<const float> logits, int32_t a, int32_t b) {
-  const float la = std::isnan(logits[size_t(a)]) ? -INFINITY : logits[size_t(a)];
-  const float lb = std::isnan(logits[size_t(b)]) ? -INFINITY : logits[size_t(b)];
-  return la > lb || (la == lb && a < b);
-}
 
 constexpr size_t kBlock = 64;  // ids per block of block_maxima
 
@@ -60,87 +54,11 @@ int32_t argmax(std::span<const float> logits, std::vector<float>& maxima) {
   return 0;
 }
 
-// A candidate's weight exp(logit / T - max): nothing for a NaN logit; when the largest logit is
-// +inf, 1 for each +inf logit and nothing for the rest, and nothing for anyone when it is -inf
-// (exp would give NaN for inf - inf).
-float token_weight(float logit, float inv_t, float max) {
-  if (max == INFINITY) return logit == INFINITY ? 1.0f : 0.0f;
-  if (max == -INFINITY) return 0.0f;
-  return std::isnan(logit) ? 0.0f : std::exp(logit * inv_t - max);
-}
-
-// Token ids in the warpers' order (comes_before), sorted lazily: the weights exp(logit / T - max)
-// fall in bands [2^-8(b+1), 2^-8b), and a band is sorted only when the walk reaches it. Every
-// weight of a band is above every weight of the next, so the bands end to end are the full order;
-// top-p, min-p and the draw nearly always stop in the first band or two, so a 262144-token
-// vocabulary costs a few passes instead of a sort (31 ms per token on the dev VM).
-class LazyOrder {
- public:
-  LazyOrder(std::span<const float> logits, std::span<const float> weights, std::vector<int32_t>& order)
-      : logits_(logits), weights_(weights), order_(order) {
-    order_.clear();
-  }
-  // The i-th candidate, sorting further bands as needed; -1 past the last.
-  int32_t at(size_t i) {
-    while (i >= order_.size() && extend()) {
-    }
-    return i < order_.size() ? order_[i] : -1;
-  }
-
- private:
-  bool extend() {
-    if (band_ > kLastBand) return false;
-    const float hi = band_ == 0 ? INFINITY : std::ldexp(1.0f, -8 * band_);
-    const float lo = std::ldexp(1.0f, -8 * (band_ + 1));
-    const bool last = band_ == kLastBand;
-    ++band_;
-    const size_t first = order_.size();
-    const float last_floor = std::ldexp(1.0f, -8 * kLastBand);
-    for (size_t i = 0; i < weights_.size(); ++i) {
-      const float w = weights_[i];
-      const bool in_band = last ? !(w >= last_floor) || w == INFINITY : w >= lo && w < hi;
-      if (in_band) order_.push_back(int32_t(i));
-    }
-    std::sort(order_.begin() + long(first), order_.end(),
-              [&](int32_t a, int32_t b) { return comes_before(logits_, a, b); });
-    return true;
-  }
-  // Below 2^-152 no float is left: the last band takes what no band before took, zeros, infinities
-  // and NaNs included, so every id comes out exactly once.
-  static constexpr int kLastBand = 19;
-  std::span<const float> logits_, weights_;
-  std::vector<int32_t>& order_;
-  int band_ = 0;
-};
-
-// exp(x) for x <= 0 (a logit minus the row's max; NaN stays NaN): 2^n p(r), r = x - n ln 2, p of
-// degree 6, relative error ~2e-7, 0 below -87. Plain float arithmetic (rounding by the 1.5 * 2^23
-// trick, 2^n from its exponent bits) that the compiler vectorizes for the baseline ISA: libm's
-// double exp over a 262144-token row took 1.3 ms per sequence and step, 1.5% of an E4B q4 decode
-// step for every request that asks for log-probabilities.
-inline float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
-  float r = x - n * 0.693145751953125f;
-  r = r - n * 1.428606765330187045e-06f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (int32_t(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-
 }  // namespace
 
 // Compiled for AVX-512, AVX2 and the baseline, the copy picked at load time from cpuid (GCC's
-// target_clones): 262144 logits in ~0.1 ms on AVX-512 (1.26 ms with libm's double exp).
+// target_clones): 262144 logits in ~0.1 ms on AVX-512 (1.26 ms with libm's double exp, 1.5% of an
+// E4B q4 decode step for every request that asks for log-probabilities).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
@@ -256,7 +174,7 @@ int32_t Sampler::sample_warped(std::span<const float> logits) {
   weights_.resize(vocab);
   size_t count = vocab;  // candidates
   double total = 0.0;
-  std::optional<LazyOrder> lazy;
+  std::optional<WarpOrder> lazy;
   if (params_.top_k > 0 && size_t(params_.top_k) < vocab) {
     top_k_order(logits, size_t(params_.top_k), maxima_, order_);
     count = order_.size();
@@ -264,10 +182,8 @@ int32_t Sampler::sample_warped(std::span<const float> logits) {
     const float max = std::isnan(first) ? -INFINITY : first;
     for (int32_t id : order_) total += (weights_[size_t(id)] = token_weight(logits[size_t(id)], inv_t, max));
   } else {
-    float max = -INFINITY;
-    for (float v : logits) max = v * inv_t > max ? v * inv_t : max;
-    for (size_t i = 0; i < vocab; ++i) total += (weights_[i] = token_weight(logits[i], inv_t, max));
-    lazy.emplace(logits, weights_, order_);
+    total = row_weights(logits, inv_t, weights_, maxima_);
+    lazy.emplace(logits, weights_, maxima_, warp_keys_);
   }
   auto candidate = [&](size_t i) -> int32_t {  // the i-th in logit order; -1 past the candidates
     if (i >= count) return -1;
@@ -296,7 +212,7 @@ int32_t Sampler::sample_warped(std::span<const float> logits) {
   }
   double kept = 0.0;  // the mass the draw is spread over
   if (n == count && lazy) {
-    for (size_t i = 0; i < vocab; ++i) kept += prob(int32_t(i));  // no need to order the whole vocabulary
+    kept = scaled_sum(weights_, inv_total);  // no need to order the whole vocabulary
   } else {
     for (size_t i = 0; i < n; ++i) kept += prob(candidate(i));
   }

@@ -73,6 +73,7 @@ class Sampler {
   std::unordered_map<int32_t, int> output_counts_;
   std::vector<int32_t> penalized_;  // prompt and output tokens, for the repetition penalty
   std::vector<int32_t> order_;      // scratch: candidate indices
+  std::vector<uint64_t> warp_keys_;  // scratch: the warpers' order over a whole vocabulary
   std::vector<float> weights_;      // scratch: exp(logit / T - max) by token id
   std::vector<float> maxima_;       // scratch: the logits' maxima per block of ids (top-k)
   std::vector<float> penalized_logits_;  // scratch: the row with penalties applied
