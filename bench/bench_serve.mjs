@@ -5,17 +5,19 @@
 //
 //   node bench/bench_serve.mjs [--url http://127.0.0.1:8080] [--concurrency 1,4,8,16]
 //        [--requests N] [--prompt-tokens 256] [--max-tokens 128] [--api-key KEY] [--model ID]
-//        [--json results.json]
+//        [--temperature 0] [--top-k K] [--json results.json]
 //
 // Each request sends a prompt of exactly --prompt-tokens token ids (<bos> then pseudo-random ids,
 // so prompt length does not depend on the tokenizer) to /v1/completions with stream: true and
-// ignore_eos: true, so every request generates exactly --max-tokens tokens. --requests is per level
+// ignore_eos: true, so every request generates exactly --max-tokens tokens, greedy unless
+// --temperature is above 0 (then sampled, with top_k K when --top-k is given: 0 or -1 turns the
+// model's default top-k off, the case where sampling reads the whole vocabulary). --requests is per level
 // (default: 4 x the concurrency, at least 8). docs/server.md shows how to run it on an E4B-shaped model.
 
 function parse_args(argv) {
   const options = {
     url: "http://127.0.0.1:8080", concurrency: "1,4,8,16", requests: 0, prompt_tokens: 256,
-    max_tokens: 128, api_key: process.env.TANDEM_API_KEY ?? "", model: "", json: "",
+    max_tokens: 128, api_key: process.env.TANDEM_API_KEY ?? "", model: "", json: "", temperature: 0, top_k: "",
   };
   for (let i = 0; i < argv.length; i += 2) {
     const key = argv[i].replace(/^--/, "").replaceAll("-", "_");
@@ -59,7 +61,8 @@ async function run_request(model, seed) {
     method: "POST",
     headers,
     body: JSON.stringify({
-      model, prompt: prompt_ids(options.prompt_tokens, seed), max_tokens: options.max_tokens, temperature: 0,
+      model, prompt: prompt_ids(options.prompt_tokens, seed), max_tokens: options.max_tokens,
+      temperature: options.temperature, ...(options.top_k === "" ? {} : { top_k: Number(options.top_k) }),
       ignore_eos: true, stream: true, stream_options: { include_usage: true },
     }),
   });

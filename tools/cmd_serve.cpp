@@ -219,6 +219,7 @@ void serve(const ServeOptions& o) {
   engine_options.worker.kv_prefault = o.kv_prefault;
   engine_options.max_waiting = o.max_queue;
   engine_options.context_limit = o.ctx_size;
+  engine_options.sampling_pool = &pool;
   if (!leader) {
     run_follower(*checkpoint, ops, comm, engine_options.worker);
     return;

@@ -239,16 +239,28 @@ void Engine::step() {
   const std::span<const double> normalizers = worker_->log_normalizers();
   ++stat_steps_;
 
-  int row = 0;
-  for (size_t i = 0; i < planned.size(); ++i) {
-    if (plan_.sequences[i].logit_rows == 0) continue;
-    ScheduledSequence* seq = planned[i];
-    Request& r = *requests_.at(seq->id);
-    const std::span<const float> logits = full.subspan(size_t(row) * size_t(vocab_size_), size_t(vocab_size_));
-    const std::optional<double> normalizer =
-        plan_.need_log_normalizers ? std::optional<double>(normalizers[size_t(row)]) : std::nullopt;
-    ++row;
-    const SampledToken t = r.sampler->sample(logits, normalizer);
+  // Every row's token first (side by side when there is a pool: ~0.05-0.7 ms a row for Gemma's
+  // vocabulary, bench/sampler_bench), then the events in plan order.
+  sampled_.clear();
+  for (size_t i = 0; i < planned.size(); ++i)
+    if (plan_.sequences[i].logit_rows > 0) sampled_.push_back({planned[i], requests_.at(planned[i]->id).get(), {}});
+  const auto sample_rows = [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const std::span<const float> logits = full.subspan(size_t(row) * size_t(vocab_size_), size_t(vocab_size_));
+      const std::optional<double> normalizer =
+          plan_.need_log_normalizers ? std::optional<double>(normalizers[size_t(row)]) : std::nullopt;
+      SampledRow& s = sampled_[size_t(row)];
+      s.token = s.request->sampler->sample(logits, normalizer);
+    }
+  };
+  const int64_t rows = int64_t(sampled_.size());
+  if (options_.sampling_pool && rows > 1) options_.sampling_pool->parallel_for(rows, sample_rows);
+  else sample_rows(0, rows);
+
+  for (SampledRow& sampled : sampled_) {
+    ScheduledSequence* seq = sampled.seq;
+    Request& r = *sampled.request;
+    SampledToken& t = sampled.token;
     if (r.generated == 0) stat_prompt_ += uint64_t(r.prompt_tokens);
     if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), t.token) != r.stop_tokens.end()) {
       finish(r, FinishReason::Stop, t.token);

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "model/checkpoint.h"
 #include "parallel/communicator.h"
 #include "runtime/sampler.h"
@@ -62,6 +63,10 @@ struct EngineOptions {
   WorkerOptions worker;
   int max_waiting = 256;     // requests queued beyond the running ones; more are refused
   int context_limit = 0;     // 0: the model's max_position_embeddings
+  // Samples a step's rows side by side (the CPU backend's pool, idle between forward passes); null:
+  // one row after another on the engine's thread. Each row has its own sampler, so the tokens are
+  // the same either way.
+  ThreadPool* sampling_pool = nullptr;
 };
 
 struct EngineStats {
@@ -117,6 +122,12 @@ class Engine {
   std::vector<ScheduledSequence*> running_;
   std::vector<int> released_;
   StepPlan plan_;
+  struct SampledRow {
+    ScheduledSequence* seq;
+    Request* request;
+    SampledToken token;
+  };
+  std::vector<SampledRow> sampled_;  // this step's rows that want a token
 
   std::atomic<int> stat_running_{0}, stat_waiting_{0};
   std::atomic<double> stat_kv_usage_{0.0};

@@ -3,6 +3,7 @@
 // frees KV memory at once, and bad requests are refused with the right kind.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -24,12 +25,13 @@ struct Collector {
   std::mutex mutex;
   std::condition_variable done_cv;
   std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
   FinishReason finish = FinishReason::None;
   bool done = false;
   std::function<void(const TokenEvent&)> callback() {
     return [this](const TokenEvent& e) {
       std::lock_guard lock(mutex);
-      if (e.token >= 0) tokens.push_back(e.token);
+      if (e.token >= 0) tokens.push_back(e.token), logprobs.push_back(e.logprob);
       if (e.finish != FinishReason::None) {
         finish = e.finish;
         done = true;
@@ -56,6 +58,7 @@ class EngineTest : public ::testing::Test {
     o.worker.max_step_tokens = step_tokens;
     o.worker.kv_memory_bytes = kv_bytes;
     o.max_waiting = 64;
+    o.sampling_pool = pool_.get();  // as `tandem serve` runs it
     return std::make_unique<Engine>(*ckpt_, *ops_, comm_, o);
   }
   std::vector<int32_t> alone_greedy(const std::vector<int32_t>& prompt, int n) {
@@ -102,6 +105,36 @@ TEST_F(EngineTest, ConcurrentGreedyRequestsMatchSingleSequenceRuns) {
   // The engine publishes its stats after each step; give it a moment to settle.
   for (int tries = 0; tries < 100 && engine->stats().kv_usage > 0; ++tries)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+// Rows are sampled side by side on the pool: each request must get its own row's token and
+// log-probability. The reference is the request alone, greedy, with log softmax in double.
+TEST_F(EngineTest, ConcurrentRequestsSampleTheirOwnRows) {
+  auto engine = make_engine();
+  const int n = 6, steps = 8;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::unique_ptr<Collector>> collectors;
+  for (int i = 0; i < n; ++i) {
+    prompts.push_back(pseudo_random_ids(3 + 5 * i, 512, 700 + i));
+    collectors.push_back(std::make_unique<Collector>());
+    GenerationRequest r = greedy_request(prompts.back(), steps, *collectors.back());
+    r.sampling.logprobs = true;
+    engine->submit(std::move(r));
+  }
+  for (int i = 0; i < n; ++i) {
+    collectors[size_t(i)]->wait();
+    FastSequenceModel m(*ckpt_, *ops_, comm_, 512, 32);
+    auto logits = m.forward(prompts[size_t(i)], false).back();
+    for (int s = 0; s < steps; ++s) {
+      const int32_t t = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      ASSERT_EQ(collectors[size_t(i)]->tokens.at(size_t(s)), t) << "request " << i << ", token " << s;
+      double sum = 0;
+      for (float l : logits) sum += std::exp(double(l) - double(logits[size_t(t)]));
+      EXPECT_NEAR(collectors[size_t(i)]->logprobs.at(size_t(s)), -std::log(sum), 1e-4) << "request " << i;
+      const int32_t one[1] = {t};
+      logits = m.forward(one, false).back();
+    }
+  }
 }
 
 TEST_F(EngineTest, PreemptionUnderMemoryPressureKeepsOutputsExact) {
