@@ -31,6 +31,7 @@ struct BenchOptions {
   int prompt = 512;
   int gen = 128;
   int batch = 8;
+  int prefill_chunk = 2048;
   int probe_mb = 512;
   bool json = false;
   bool profile = false;
@@ -110,6 +111,12 @@ void warm_ple_rows(const Gemma4Checkpoint& ckpt, const std::vector<int32_t>& pro
 void bench(const BenchOptions& o) {
   if (o.prompt < 1 || o.batch < 1) fail("--prompt and --batch must be positive");
   if (o.gen < 2) fail("--gen must be at least 2 (the first token comes from the prefill; decode is timed after it)");
+  // Before the weights load (a minute for bf16 E4B from disk): a prompt the model can't hold.
+  constexpr int kBatchPrompt = 16;  // each sequence of the batched phase: this prompt, then batch_steps
+  const int batch_steps = std::max(4, o.gen / 4);
+  const int context = Gemma4Config::load(resolve_model_dir(o.model.model_dir)).max_position_embeddings;
+  if (int64_t(o.prompt) + o.gen > context || kBatchPrompt + batch_steps > context)
+    fail("--prompt {} plus --gen {} exceed the model's context of {} positions", o.prompt, o.gen, context);
   Communicator& comm = world();
   TimedCommunicator timed(comm);
   ThreadPool pool(o.model.threads > 0 ? o.model.threads : default_threads());
@@ -167,7 +174,10 @@ void bench(const BenchOptions& o) {
     return Bandwidth{double(rank_bw[1]), double(rank_bw[0])};
   };
 
-  const int step_tokens = std::max({o.prompt, 16 * o.batch});  // the warm-up and batch prompts are 16 tokens
+  // The prompt goes in chunks of at most --prefill-chunk tokens, as a server's steps take it: one
+  // step of a 131072-token prompt would need ~40 GB of E4B activations (the MLP's 2 x 10240 and the
+  // per-layer inputs' 10752 floats per token).
+  const int step_tokens = std::max({std::min(o.prompt, o.prefill_chunk), 16 * o.batch});  // warm-up, batch prompts: 16
   KvCacheOptions kv;
   kv.block_size = 16;
   kv.dtype = kv_dtype_option(o.model.kv_dtype, ckpt->weights);
@@ -178,8 +188,6 @@ void bench(const BenchOptions& o) {
   // The blocks the timed phases use are backed now, as in a server that has run a while (or
   // `serve --kv-prefault`): first touches of fresh pages cost the VM ~10 us per 4 KB, would land
   // in the timed steps, and are not the engine's. The rest of the pool stays unbacked.
-  constexpr int kBatchPrompt = 16;  // each sequence of the batched phase: this prompt, then batch_steps
-  const int batch_steps = std::max(4, o.gen / 4);
   {
     const KvSequenceBlocks fresh;
     const auto [single_full, single_sliding] = cache.blocks_needed(fresh, o.prompt + o.gen);
@@ -227,11 +235,18 @@ void bench(const BenchOptions& o) {
   for (int s = 0; s < o.batch; ++s) many_tokens.push_back(bench_prompt(kBatchPrompt, c.vocab_size, 10 + uint32_t(s)));
   run(many, many_tokens, samplers.data());  // the batch's prompts: untimed
   std::vector<KvSequenceBlocks> seqs(1);
-  std::vector<std::vector<int32_t>> tokens = {bench_prompt(o.prompt, c.vocab_size, 2)};
-  warm_ple_rows(*ckpt, tokens[0]);
+  const std::vector<int32_t> prompt = bench_prompt(o.prompt, c.vocab_size, 2);
+  warm_ple_rows(*ckpt, prompt);
   comm.barrier();
   double t0 = now();
-  run(seqs, tokens, single_sampler);
+  const int prefill_chunks = (o.prompt + o.prefill_chunk - 1) / o.prefill_chunk;
+  for (int first = 0; first < o.prompt; first += o.prefill_chunk) {
+    const int n = std::min(o.prefill_chunk, o.prompt - first);
+    if (!cache.reserve(seqs[0], first + n)) fail("bench KV cache too small");
+    const StepSequence chunk{&seqs[0], std::span(prompt).subspan(size_t(first), size_t(n)), first + n == o.prompt ? 1 : 0};
+    model.forward(std::span(&chunk, 1));
+  }
+  std::vector<std::vector<int32_t>> tokens = {{single_sampler->sample(std::span(model.logits(0), size_t(vocab_local))).token}};
   const double ttft = now() - t0;
   timed.reset();
   double decode_s = 0, offered_gb = 0, buffer_offered_gb = 0, batch_s = 0, timed_comm_s = 0;
@@ -312,6 +327,7 @@ void bench(const BenchOptions& o) {
         {"kv_dtype", std::string(kv_dtype_name(kv.dtype))},
         {"kv_bytes_per_token", kv_bytes_per_token},
         {"roofline_with_kv", roofline_with_kv},
+        {"prefill_steps", prefill_chunks},
         {"batch", o.batch},
         {"batch_decode_tok_s", batch_tok_s},
         {"ranks", comm.size()},
@@ -330,7 +346,8 @@ void bench(const BenchOptions& o) {
              weight_format_name(ckpt->weights.layers[0].gate_proj.format), o.model.weights,
              loaded_weight_layout(ckpt->weights), comm.size(), pool.size(), isa_name(cpu_ops.kernels().isa));
   fmt::print("load            {:.2f} s (open the checkpoint and place its weights)\n", load_s);
-  fmt::print("prefill         {:.1f} tok/s ({} tokens, time to first token {:.3f} s)\n", o.prompt / ttft, o.prompt, ttft);
+  fmt::print("prefill         {:.1f} tok/s ({} tokens{}, time to first token {:.3f} s)\n", o.prompt / ttft, o.prompt,
+             prefill_chunks > 1 ? fmt::format(" in {} steps of up to {}", prefill_chunks, o.prefill_chunk) : "", ttft);
   fmt::print("decode          {:.2f} tok/s ({} tokens)\n", decode_tok_s, o.gen);
   fmt::print("batched decode  {:.2f} tok/s aggregate ({} sequences, {:.2f}x single)\n", batch_tok_s, o.batch,
              batch_tok_s / decode_tok_s);
@@ -362,6 +379,10 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--prompt", o->prompt, "Prompt tokens to prefill")->default_val(512);
   cmd->add_option("--gen", o->gen, "Tokens to decode")->default_val(128);
   cmd->add_option("--batch", o->batch, "Sequences in the batched-decode run")->default_val(8);
+  cmd->add_option("--prefill-chunk", o->prefill_chunk,
+                  "Most prompt tokens per prefill step (a longer prompt is prefilled in several steps)")
+      ->default_val(2048)
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--probe-mb", o->probe_mb,
                   "Size of the read-bandwidth probe's own buffer (keep it far larger than the caches); resident "
                   "weights at least this large are read in its place")

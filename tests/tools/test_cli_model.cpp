@@ -160,6 +160,20 @@ TEST(Bench, JsonReportsEveryKeyAndTheRooflineRatio) {
   EXPECT_EQ(out["batch"].get<int>(), 3);
 }
 
+// A prompt longer than --prefill-chunk is prefilled in several steps, as a server takes it; the
+// default chunk holds the 512-token prompt of the figures in one step.
+TEST(Bench, LongPromptsArePrefilledInSteps) {
+  const std::string model = test::synth_checkpoint("tiny");
+  auto steps = [&](const std::string& options) {
+    auto r = test::run(tandem_cmd("bench --model " + model + " --gen 2 --batch 1 --threads 2 --json " + options));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? json::parse(r.out).value("prefill_steps", 0) : 0;
+  };
+  EXPECT_EQ(steps("--prompt 40 --prefill-chunk 16"), 3);
+  EXPECT_EQ(steps("--prompt 32 --prefill-chunk 16"), 2);
+  EXPECT_EQ(steps("--prompt 512"), 1);
+}
+
 // --profile: each phase's steps split by kind of op call. A step of the tiny model calls attention
 // once per layer and the LM head once, and the ops' time lies within the step's.
 TEST(Bench, ProfileSplitsEachStepByOp) {
@@ -296,6 +310,8 @@ TEST(CliErrors, BadInputGivesMessageAndNonZeroExit) {
       {"logits --model " + model + " --ids 2,512", "outside the vocabulary"},
       {"generate --model " + model + " --ids 2 --max-tokens -1", "--max-tokens"},
       {"bench --model " + model + " --prompt 4 --gen 1", "--gen must be at least 2"},
+      {"bench --model " + model + " --prompt 200000 --gen 2", "exceed the model's context"},
+      {"bench --model " + model + " --prefill-chunk 0", "--prefill-chunk"},
       {"logits --model /nonexistent --ids 2", "/nonexistent"},
       {"synth --preset huge --out /tmp/never", "unknown preset"},
   };
