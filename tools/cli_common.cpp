@@ -148,7 +148,7 @@ WeightResidency weight_residency(const std::string& option) {
   return option == "mapped" ? WeightResidency::Mapped : WeightResidency::Resident;
 }
 
-LoadedModel load_model(const ModelOptions& o, int max_context) {
+LoadedModel load_model(const ModelOptions& o, int64_t max_context) {
   LoadedModel m;
   Communicator& comm = world();
   if (o.backend == "reference" && comm.size() > 1) fail("the reference backend runs on a single rank");
@@ -156,6 +156,10 @@ LoadedModel load_model(const ModelOptions& o, int max_context) {
   std::string dir = comm.rank() == 0 ? resolve_model_dir(o.model_dir) : std::string();
   comm.barrier();
   if (comm.rank() != 0) dir = resolve_model_dir(o.model_dir);
+  // Before the weights load: positions the model has no rotary frequencies and no KV room for.
+  const int context = Gemma4Config::load(dir).max_position_embeddings;
+  if (max_context > context)
+    fail("{} positions (the prompt and the tokens to generate) exceed the model's context of {}", max_context, context);
   m.pool = std::make_unique<ThreadPool>(o.threads > 0 ? o.threads : default_threads());
   // The reference reads weights row by row, so copying them first would only cost time.
   const WeightResidency residency = o.backend == "reference" ? WeightResidency::Mapped : weight_residency(o.weights);
@@ -165,7 +169,7 @@ LoadedModel load_model(const ModelOptions& o, int max_context) {
     m.model = std::make_unique<ReferenceModel>(m.checkpoint->config, m.checkpoint->weights, m.pool.get());
   } else {
     m.ops = std::make_unique<cpu::CpuOps>(*m.pool);
-    m.model = std::make_unique<FastSequenceModel>(*m.checkpoint, *m.ops, comm, std::max(1, max_context), 256,
+    m.model = std::make_unique<FastSequenceModel>(*m.checkpoint, *m.ops, comm, int(std::max<int64_t>(1, max_context)), 256,
                                                   kv_dtype_option(o.kv_dtype, m.checkpoint->weights));
   }
   return m;

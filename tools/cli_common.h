@@ -64,6 +64,6 @@ std::string loaded_weight_layout(const ModelWeights& weights);
 // bf16 for q8/q4 ones.
 void add_kv_dtype_option(CLI::App& cmd, std::string& option);
 KvDType kv_dtype_option(const std::string& option, const ModelWeights& weights);
-LoadedModel load_model(const ModelOptions& options, int max_context);
+LoadedModel load_model(const ModelOptions& options, int64_t max_context);
 
 }  // namespace tandem::cli

@@ -33,7 +33,7 @@ void generate(const GenerateOptions& o) {
   std::optional<Tokenizer> tokenizer;
   if (!o.prompt.empty()) tokenizer = Tokenizer::from_file(tokenizer_path(resolve_model_dir(o.model.model_dir)));
   const std::vector<int32_t> prompt = tokenizer ? tokenizer->encode(o.prompt, /*add_bos=*/true) : parse_id_list(o.ids);
-  LoadedModel m = load_model(o.model, int(prompt.size()) + o.max_tokens);
+  LoadedModel m = load_model(o.model, int64_t(prompt.size()) + o.max_tokens);
   const auto& stops = m.checkpoint->generation.stop_token_ids;
   SequenceModel& model = *m.model;
 

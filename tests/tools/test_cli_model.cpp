@@ -309,6 +309,7 @@ TEST(CliErrors, BadInputGivesMessageAndNonZeroExit) {
       {"logits --model " + model + " --ids 2,,5", "not a token id"},
       {"logits --model " + model + " --ids 2,512", "outside the vocabulary"},
       {"generate --model " + model + " --ids 2 --max-tokens -1", "--max-tokens"},
+      {"generate --model " + model + " --ids 2 --max-tokens 2147483647", "exceed the model's context"},
       {"bench --model " + model + " --prompt 4 --gen 1", "--gen must be at least 2"},
       {"bench --model " + model + " --prompt 200000 --gen 2", "exceed the model's context"},
       {"bench --model " + model + " --prefill-chunk 0", "--prefill-chunk"},
