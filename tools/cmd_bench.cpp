@@ -211,9 +211,13 @@ void bench(const BenchOptions& o) {
       batch[s] = {&seqs[s], tokens[s], 1};
     }
     model.forward(batch);
-    for (size_t s = 0; s < seqs.size(); ++s) {
-      tokens[s] = {sampler[s].sample(std::span(model.logits(int(s)), size_t(vocab_local))).token};
-    }
+    // Side by side on the pool, as the engine samples a step's rows (EngineOptions::sampling_pool).
+    const auto sample_rows = [&](int64_t first, int64_t end) {
+      for (int64_t s = first; s < end; ++s)
+        tokens[size_t(s)] = {sampler[s].sample(std::span(model.logits(int(s)), size_t(vocab_local))).token};
+    };
+    if (seqs.size() > 1) pool.parallel_for(int64_t(seqs.size()), sample_rows);
+    else sample_rows(0, 1);
   };
 
   // Warm-up: page every weight in (the first touch of an mmapped checkpoint reads the disk).
