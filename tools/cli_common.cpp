@@ -94,7 +94,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--model", o.model_dir, "Model folder (Hugging Face layout); default: the demo model");
   cmd.add_option("--backend", o.backend, "cpu (fast path) or reference (float32 reference)")
       ->check(CLI::IsMember({"cpu", "reference"}));
-  cmd.add_option("--threads", o.threads, "Threads (default: all cores)");
+  cmd.add_option("--threads", o.threads, "Threads (default: the CPUs this process may use: its affinity mask, capped by a cgroup CPU quota)");
   add_kv_dtype_option(cmd, o.kv_dtype);
   cmd.add_option("--weights", o.weights,
                  "resident: copy the streamed weights into huge-page memory (fastest decode); mapped: use them "

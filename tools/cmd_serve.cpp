@@ -284,7 +284,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on every route but /health "
                   "(default: $TANDEM_API_KEY, else none)");
-  cmd->add_option("--threads", o->threads, "Compute threads (default: all cores)");
+  cmd->add_option("--threads", o->threads, "Compute threads (default: the CPUs this process may use: its affinity mask, capped by a cgroup CPU quota)");
   cmd->add_option("--parallel", o->parallel, "Most sequences generating at once")->capture_default_str();
   cmd->add_option("--max-queue", o->max_queue, "Most requests waiting beyond those; more get 429")->capture_default_str();
   cmd->add_option("--kv-memory", o->kv_memory, "KV cache budget, e.g. 2GiB (default: a quarter of RAM, 1 to 16 GiB)");

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/usable_cpus.h"
+
 namespace tandem {
 
 namespace {
@@ -11,10 +13,7 @@ constexpr int kSpinIterations = 20000;
 inline void cpu_relax() { __builtin_ia32_pause(); }
 }  // namespace
 
-int ThreadPool::default_threads() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : int(n);
-}
+int ThreadPool::default_threads() { return usable_cpus(); }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads > 0 ? n_threads : default_threads()) {
   workers_.reserve(size_t(n_threads_ - 1));

@@ -81,7 +81,7 @@ class ThreadPool {
   }
 
   static std::pair<int64_t, int64_t> split_range(int64_t n, int t, int nt, int64_t grain);
-  static int default_threads();
+  static int default_threads();  // the CPUs this process may run on (usable_cpus)
 
  private:
   // The chunks [front, back) of one thread's share, packed in one word so that the owner (taking

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/memory_bandwidth.h"
 #include "core/thread_pool.h"
+#include "core/usable_cpus.h"
 
 namespace tandem {
 namespace {
@@ -51,6 +52,26 @@ TEST(DType, Names) {
   EXPECT_FALSE(dtype_from_name("bf16").has_value());
   EXPECT_EQ(dtype_size(DType::F32), 4u);
   EXPECT_EQ(dtype_name(DType::I8), "I8");
+}
+
+TEST(UsableCpus, CgroupQuotasGiveWholeCpus) {
+  EXPECT_EQ(cpus_of_cpu_max("max 100000\n"), std::nullopt);
+  EXPECT_EQ(cpus_of_cpu_max("200000 100000\n"), 2);
+  EXPECT_EQ(cpus_of_cpu_max("150000 100000"), 1);  // 1.5 CPUs: a second spinning thread would be throttled
+  EXPECT_EQ(cpus_of_cpu_max("50000 100000"), 1);
+  EXPECT_EQ(cpus_of_cpu_max("800000 100000"), 8);
+  EXPECT_EQ(cpus_of_cpu_max(""), std::nullopt);
+  EXPECT_EQ(cpus_of_cpu_max("lots 100000"), std::nullopt);
+  EXPECT_EQ(cpus_of_cfs_quota(-1, 100000), std::nullopt);
+  EXPECT_EQ(cpus_of_cfs_quota(400000, 100000), 4);
+  EXPECT_EQ(cpus_of_cfs_quota(20000, 100000), 1);
+}
+
+TEST(UsableCpus, AtLeastOneAndNoMoreThanTheHostHas) {
+  const int n = usable_cpus();
+  EXPECT_GE(n, 1);
+  EXPECT_LE(n, int(std::max(1u, std::thread::hardware_concurrency())));
+  EXPECT_EQ(ThreadPool::default_threads(), n);
 }
 
 TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {

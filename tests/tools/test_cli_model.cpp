@@ -174,6 +174,16 @@ TEST(Bench, LongPromptsArePrefilledInSteps) {
   EXPECT_EQ(steps("--prompt 512"), 1);
 }
 
+// The default thread count is the CPUs the process may run on: pinned to one CPU (as a container's
+// cpuset pins it), two spinning threads would share it and halve the speed.
+TEST(Bench, DefaultThreadsFollowTheAffinityMask) {
+  if (std::system("command -v taskset >/dev/null 2>&1") != 0) GTEST_SKIP() << "taskset is not installed";
+  const std::string model = test::synth_checkpoint("tiny");
+  auto r = test::run("taskset -c 0 " + tandem_cmd("bench --model " + model + " --prompt 8 --gen 2 --batch 1 --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).value("threads_per_rank", 0), 1);
+}
+
 // --profile: each phase's steps split by kind of op call. A step of the tiny model calls attention
 // once per layer and the LM head once, and the ops' time lies within the step's.
 TEST(Bench, ProfileSplitsEachStepByOp) {
