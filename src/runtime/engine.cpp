@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "core/error.h"
 
@@ -274,7 +275,7 @@ void Engine::step() {
     e.request_id = r.id;
     e.token = t.token;
     e.logprob = t.logprob;
-    e.top_logprobs = t.top;
+    e.top_logprobs = std::move(t.top);
     e.prompt_tokens = r.prompt_tokens;
     e.completion_tokens = r.generated;
     if (r.on_event) r.on_event(e);

@@ -1,15 +1,14 @@
 #include "runtime/sampler.h"
 
-#include "runtime/warp_order.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
 #include <optional>
+
+#include "runtime/warp_order.h"
 
 namespace tandem {
 
