@@ -22,6 +22,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/process_limits.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/kernels.h"
 #include "runtime/engine.h"
@@ -81,11 +82,12 @@ size_t parse_byte_size(const std::string& option, const std::string& text) {
   return size_t(value * scale);
 }
 
-// Default KV budget: a quarter of the machine's memory, between 1 and 16 GiB. The pool is reserved
-// address space; pages are backed only as sequences use them (all at start-up with --kv-prefault).
+// Default KV budget: a quarter of the memory this process may use (the machine's, or its cgroup's
+// limit in a container), between 1 and 16 GiB. The pool is reserved address space; pages are backed
+// only as sequences use them (all at start-up with --kv-prefault).
 size_t default_kv_memory() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  const double quarter = pages > 0 && page > 0 ? double(pages) * double(page) / 4.0 : double(size_t(4) << 30);
+  const size_t memory = usable_memory_bytes();
+  const double quarter = memory > 0 ? double(memory) / 4.0 : double(size_t(4) << 30);
   return size_t(std::clamp(quarter, double(size_t(1) << 30), double(size_t(16) << 30)));
 }
 
@@ -287,7 +289,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "Compute threads (default: the CPUs this process may use: its affinity mask, capped by a cgroup CPU quota)");
   cmd->add_option("--parallel", o->parallel, "Most sequences generating at once")->capture_default_str();
   cmd->add_option("--max-queue", o->max_queue, "Most requests waiting beyond those; more get 429")->capture_default_str();
-  cmd->add_option("--kv-memory", o->kv_memory, "KV cache budget, e.g. 2GiB (default: a quarter of RAM, 1 to 16 GiB)");
+  cmd->add_option("--kv-memory", o->kv_memory, "KV cache budget, e.g. 2GiB (default: a quarter of RAM, or of the cgroup's memory limit, 1 to 16 GiB)");
   cmd->add_option("--ctx-size", o->ctx_size, "Context limit in tokens (default: the model's, limited by the KV cache)");
   cmd->add_option("--max-step-tokens", o->max_step_tokens, "Tokens per engine step (prefill chunks plus decodes)")
       ->capture_default_str();

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/usable_cpus.h"
+#include "core/process_limits.h"
 
 namespace tandem {
 

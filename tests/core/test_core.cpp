@@ -14,12 +14,14 @@
 #include <string>
 #include <thread>
 
+#include <unistd.h>
+
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/memory_bandwidth.h"
 #include "core/thread_pool.h"
-#include "core/usable_cpus.h"
+#include "core/process_limits.h"
 
 namespace tandem {
 namespace {
@@ -65,6 +67,18 @@ TEST(UsableCpus, CgroupQuotasGiveWholeCpus) {
   EXPECT_EQ(cpus_of_cfs_quota(-1, 100000), std::nullopt);
   EXPECT_EQ(cpus_of_cfs_quota(400000, 100000), 4);
   EXPECT_EQ(cpus_of_cfs_quota(20000, 100000), 1);
+}
+
+TEST(UsableMemory, CgroupLimitsInBytes) {
+  EXPECT_EQ(bytes_of_memory_limit("max\n"), std::nullopt);  // v2: none
+  EXPECT_EQ(bytes_of_memory_limit("8589934592\n"), 8589934592u);
+  EXPECT_EQ(bytes_of_memory_limit("9223372036854771712\n"), std::nullopt);  // v1: none
+  EXPECT_EQ(bytes_of_memory_limit("0"), std::nullopt);
+  EXPECT_EQ(bytes_of_memory_limit("8G"), std::nullopt);
+  const size_t bytes = usable_memory_bytes();
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  EXPECT_GT(bytes, 0u);
+  EXPECT_LE(bytes, size_t(pages) * size_t(page));
 }
 
 TEST(UsableCpus, AtLeastOneAndNoMoreThanTheHostHas) {
