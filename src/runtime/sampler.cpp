@@ -66,14 +66,7 @@ RowExpSums row_exp_sums(std::span<const float> logits) {
   constexpr size_t kLanes = 16, kRun = 1024;
   const float* p = logits.data();
   const size_t n = logits.size(), whole = n / kLanes * kLanes;
-  {
-    float lanes[kLanes];
-    for (float& l : lanes) l = -INFINITY;
-    for (size_t i = 0; i < whole; i += kLanes)
-      for (size_t j = 0; j < kLanes; ++j) lanes[j] = p[i + j] > lanes[j] ? p[i + j] : lanes[j];  // NaNs never win
-    for (float l : lanes) r.max = l > r.max ? l : r.max;
-    for (size_t i = whole; i < n; ++i) r.max = p[i] > r.max ? p[i] : r.max;
-  }
+  r.max = row_max(p, n);
   if (r.max == -INFINITY) return r;
   if (r.max == INFINITY) {  // exp(logit - inf): 1 for each +inf logit, 0 for the rest
     for (float v : logits) r.sum += v == INFINITY ? 1.0 : 0.0;

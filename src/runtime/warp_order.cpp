@@ -17,16 +17,7 @@ double row_weights(std::span<const float> logits, float inv_t, std::span<float> 
   const float* p = logits.data();
   float* w = weights.data();
   // The largest scaled logit is the largest logit scaled (rounding keeps the order).
-  float max = -INFINITY;
-  {
-    float lanes[kLanes];
-    for (float& l : lanes) l = -INFINITY;
-    for (size_t i = 0; i < whole; i += kLanes)
-      for (size_t j = 0; j < kLanes; ++j) lanes[j] = p[i + j] > lanes[j] ? p[i + j] : lanes[j];  // NaNs never win
-    for (float l : lanes) max = l > max ? l : max;
-    for (size_t i = whole; i < n; ++i) max = p[i] > max ? p[i] : max;
-    max *= inv_t;
-  }
+  const float max = row_max(p, n) * inv_t;
   double total = 0.0;
   if (max == INFINITY || max == -INFINITY) {  // token_weight's special rows, one id at a time
     for (size_t i = 0; i < n; ++i) total += (w[i] = token_weight(p[i], inv_t, max));
