@@ -440,14 +440,9 @@ TEST_P(InterleavedMatmul, OneTokenStreamsGiveEveryRowItsOwnSum) {
     }
 }
 
-// One token over Q8/Q4 row groups: any run of rows (one a thread takes from a pass) gives every
-// row exactly what a batch gives it, whether the run's groups split into the streams a core reads
-// side by side (matmul_avx512_vnni_interleaved.cpp, on Zen 5 and Intel) or leave some over: runs
-// of 1-19 whole groups, runs that start inside a group, and runs ending in the short last group;
-// and runs of 280 groups, which the streams hand to y in several staged pieces.
-TEST_P(InterleavedMatmul, OneTokenRunsGiveEveryRowTheBatchsSum) {
-  if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
-  const cpu::KernelTable& k = cpu::kernels_for(GetParam());
+// OneTokenRunsGiveEveryRowTheBatchsSum on one table under the current prefetch tuning.
+void check_one_token_runs(Isa isa, const std::string& tuning) {
+  const cpu::KernelTable& k = cpu::kernels_for(isa);
   std::mt19937 rng(23);
   struct Case {
     int64_t rows, cols;
@@ -472,9 +467,26 @@ TEST_P(InterleavedMatmul, OneTokenRunsGiveEveryRowTheBatchsSum) {
         k.matmul_rows(m.view, r0, r1, x.data(), cols, 1, y.data(), rows);
         for (int64_t r = 0; r < rows; ++r)
           ASSERT_EQ(y[size_t(r)], r >= r0 && r < r1 ? batch[size_t(r)] : -1.0f)
-              << isa_name(GetParam()) << " " << weight_format_name(f) << " rows [" << r0 << ", " << r1 << ") row " << r;
+              << isa_name(isa) << " " << tuning << " " << weight_format_name(f) << " rows [" << r0 << ", " << r1
+              << ") row " << r;
       }
     }
+  }
+}
+
+// One token over Q8/Q4 row groups: any run of rows (one a thread takes from a pass) gives every
+// row exactly what a batch gives it, whether the run's groups split into the streams a core reads
+// side by side (matmul_avx512_vnni_interleaved.cpp, on Zen 5 and Intel; avx2_interleaved_tiles.h,
+// a chunk of each stream at a time, or with prefetches a vector at a time) or leave some over: runs
+// of 1-19 whole groups, runs that start inside a group, and runs ending in the short last group;
+// and runs of 280 groups, which the streams hand to y in several staged pieces.
+TEST_P(InterleavedMatmul, OneTokenRunsGiveEveryRowTheBatchsSum) {
+  if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
+  for (int64_t avx2_ahead : {0, 2048}) {
+    cpu::detail::PrefetchTuning tuning = cpu::detail::prefetch_tuning();
+    tuning.avx2_decode_ahead = avx2_ahead;
+    const cpu::detail::ScopedPrefetchTuning scoped(tuning);
+    check_one_token_runs(GetParam(), "avx2_decode_ahead " + std::to_string(avx2_ahead));
   }
 }
 

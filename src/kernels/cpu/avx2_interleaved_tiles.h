@@ -136,10 +136,9 @@ void interleaved_group(const WeightMatrix& w, int64_t first_row, const uint8_t* 
 }
 
 // One token times S whole groups at rows g[0..S), whose chunks are S sequential streams, read a chunk
-// of each in turn: interleaved_group's arithmetic for one token (the same steps in the same order),
-// without its software prefetch, except where prefetch_tuning() asks for each chunk's lines a fixed
-// distance ahead in its stream (Intel). (A single function for both, with S = 1 for the batches,
-// compiled 8-token tiles 10-30% slower.)
+// of each in turn and left to the hardware prefetchers (Zen 3): interleaved_group's arithmetic for
+// one token (the same steps in the same order). (A single function for both, with S = 1 for the
+// batches, compiled 8-token tiles 10-30% slower.)
 template <WeightFormat F, int S>
 void interleaved_streams(const WeightMatrix& w, const int64_t (&g)[S], const uint8_t* x,
                          float (&out)[S][kInterleaveRows]) {
@@ -147,7 +146,6 @@ void interleaved_streams(const WeightMatrix& w, const int64_t (&g)[S], const uin
   constexpr int64_t kVectors = HalfVector<F>::kVectors;
   constexpr int64_t kRowChunkBytes = 64 * kVectors + 32;
   const int64_t chunks = w.cols / kActivationChunkCols;
-  const int64_t ahead = prefetch_tuning().avx2_decode_ahead;
   const uint8_t* groups[S];
   __m256 sums[S][G][2];
   for (int s = 0; s < S; ++s) {
@@ -159,9 +157,6 @@ void interleaved_streams(const WeightMatrix& w, const int64_t (&g)[S], const uin
     const float* x_scales = reinterpret_cast<const float*>(xc + kActivationScales);
     for (int s = 0; s < S; ++s) {
       const uint8_t* p = groups[s] + ch * G * kRowChunkBytes;
-      if (ahead)
-        for (int64_t line = 0; line < G * kRowChunkBytes; line += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(p + ahead + line), _MM_HINT_T0);
       __m256i block_sums[G][2][1];
       ordered_chunk_sums<F, G, 1, G>(p, 0, xc, 0, block_sums);
 #pragma GCC unroll 4
@@ -174,6 +169,75 @@ void interleaved_streams(const WeightMatrix& w, const int64_t (&g)[S], const uin
                                           _mm256_mul_ps(dw, _mm256_load_ps(x_scales + 8 * h)), sums[s][i][h]);
         }
     }
+  }
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < G; ++i) out[s][i] = hsum(_mm256_add_ps(sums[s][i][0], sums[s][i][1]));
+}
+
+// The same S streams taken a code vector of each in turn (every row of each group, then the next
+// vector), each line prefetched into L1 `ahead` bytes on in its stream as it is loaded: the walk of
+// the AVX-512 streams (matmul_avx512_vnni_interleaved.cpp). The sums are the same integers, scaled
+// in the same order, so every row's result is the chunk walk's. The S x 4 x 2 accumulators outgrow
+// the 16 registers and wait in L1 between vectors, as the AVX-512 walk's do.
+// Intel Xeon (AMX, KVM guest), two threads, `kernels_bench Matvec/q[48]i` under TANDEM_ISA=avx2
+// (us, two alternated runs): the chunk walk with each chunk's lines prefetched 2 KB ahead as it
+// starts, Q8 10240 x 2560 946-947, 2560 x 10240 951-976, Q4 464-470 / 449-461; this walk 2 KB ahead
+// 752-768 / 761-771, Q4 412-423 / 404-408 (1 KB ahead 818-843, 4 KB 844-943; 2 or 4 streams about
+// the same as 3). E4B decode at 512-576 positions, roofline (runs alternated, twice): AVX2 q8
+// 0.748-0.758 -> 0.895-0.91, q4 0.801-0.807 -> 0.891-0.905; AVX-VNNI q8 0.806-0.823 -> 0.905-0.915,
+// q4 0.843-0.855 -> 0.91-0.93.
+template <WeightFormat F, int S>
+void interleaved_streams_by_vector(const WeightMatrix& w, const int64_t (&g)[S], const uint8_t* x, int64_t ahead,
+                                   float (&out)[S][kInterleaveRows]) {
+  constexpr int G = kInterleaveRows;
+  constexpr int64_t kVectors = HalfVector<F>::kVectors;
+  constexpr int64_t kRowChunkBytes = 64 * kVectors + 32;
+  const int64_t chunks = w.cols / kActivationChunkCols;
+  const uint8_t* groups[S];
+  __m256 sums[S][G][2];
+  for (int s = 0; s < S; ++s) {
+    groups[s] = interleaved_group_chunk(w, g[s], 0);
+    for (int i = 0; i < G; ++i) sums[s][i][0] = sums[s][i][1] = _mm256_setzero_ps();
+  }
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const uint8_t* xc = x + ch * kActivationChunkBytes;
+    const float* x_scales = reinterpret_cast<const float*>(xc + kActivationScales);
+    const uint8_t* p[S];
+    __m256i acc[S][G][2];
+    for (int s = 0; s < S; ++s) {
+      p[s] = groups[s] + ch * G * kRowChunkBytes;
+      for (int i = 0; i < G; ++i) {
+        acc[s][i][0] = HalfVector<F>::initial(xc, 0);
+        acc[s][i][1] = HalfVector<F>::initial(xc, 1);
+      }
+      // The scales' lines, which the vectors' prefetches step over.
+      for (int64_t b = 0; b < 32 * G; b += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p[s] + 64 * kVectors * G + b + ahead), _MM_HINT_T0);
+    }
+#pragma GCC unroll 1
+    for (int k = 0; k < kVectors; ++k) {
+#pragma GCC unroll 4
+      for (int j = 0; j < S * G; ++j) {
+        const int s = j / G, i = j % G;
+        const uint8_t* v = p[s] + 64 * (k * G + i);
+        _mm_prefetch(reinterpret_cast<const char*>(v + ahead), _MM_HINT_T0);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const HalfVector<F> codes(v + 32 * h);
+          acc[s][i][h] = codes.add_to(acc[s][i][h], xc, k, h);
+        }
+      }
+    }
+    for (int s = 0; s < S; ++s)
+#pragma GCC unroll 4
+      for (int i = 0; i < G; ++i)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256 dw =
+              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p[s] + 64 * kVectors * G + 32 * i + 16 * h)));
+          sums[s][i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(HalfVector<F>::block_sums(acc[s][i][h])),
+                                          _mm256_mul_ps(dw, _mm256_load_ps(x_scales + 8 * h)), sums[s][i][h]);
+        }
   }
   for (int s = 0; s < S; ++s)
     for (int i = 0; i < G; ++i) out[s][i] = hsum(_mm256_add_ps(sums[s][i][0], sums[s][i][1]));
@@ -204,7 +268,9 @@ constexpr int64_t kTileTokens = 8;
 // of 18 lines: one core 20.0 -> 22.7 GB/s, two 26.7 -> 28.5), and this kernel more so (`kernels_bench
 // Matvec/q[48]i`, one core, GB/s: Q4 19 -> 22 / 24 / 23 with 2 / 3 / 4 streams, Q8 17 -> 22 / 23 / 22;
 // E4B decode in docs/kernels.md (14)). Two tokens read slower this way (`Prefill/q4i` at 2 tokens,
-// two cores: 195-204 -> 148-150 GFLOP/s), so they keep one stream.
+// two cores: 195-204 -> 148-150 GFLOP/s), so they keep one stream. Where prefetch_tuning() asks
+// for software prefetches (Intel) the streams go a vector of each at a time instead
+// (interleaved_streams_by_vector).
 constexpr int kStreams = 3;
 // Each stream's results wait in L1 and go to y kStagedSteps groups at a time, as in the AVX-512
 // streams (matmul_avx512_vnni_interleaved.cpp): E4B q4 decode on the AVX-VNNI table of an Intel
@@ -216,6 +282,7 @@ constexpr int64_t kStagedSteps = 32;
 // one-stream kernel's, so the results are the same.
 template <WeightFormat F>
 void streamed_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, float* y) {
+  const int64_t ahead = prefetch_tuning().avx2_decode_ahead;  // 0: the chunk walk
   const int64_t g_first = r0 / kInterleaveRows * kInterleaveRows;
   const int64_t groups = (r1 - g_first + kInterleaveRows - 1) / kInterleaveRows, part = groups / kStreams;
   // Only the matrix's last group can be short; it then goes alone, with the whole step it is in.
@@ -227,7 +294,8 @@ void streamed_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_
     int64_t g[kStreams];
     for (int s = 0; s < kStreams; ++s) g[s] = group(i + s * part);
     float out[kStreams][kInterleaveRows];
-    interleaved_streams<F, kStreams>(w, g, xq, out);
+    if (ahead) interleaved_streams_by_vector<F, kStreams>(w, g, xq, ahead, out);
+    else interleaved_streams<F, kStreams>(w, g, xq, out);
     const int64_t slot = i % kStagedSteps;
     for (int s = 0; s < kStreams; ++s) std::memcpy(staged[s] + slot * kInterleaveRows, out[s], sizeof out[s]);
     if (slot < kStagedSteps - 1 && i < steps - 1) continue;

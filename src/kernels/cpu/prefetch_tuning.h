@@ -39,6 +39,9 @@
 // 0.70-0.72 to 0.81-0.82 (q4, 9.0-9.3 -> 11.2 tok/s) and 0.75 -> 0.81 (q8), on the AVX2 table q4
 // 0.65 -> 0.78; 1 KB ahead read about the same, 4 KB less. This reaches the Intel CPUs that run the
 // AVX2 tables (client cores without AVX-512), whose own prefetchers were not measured.
+// Session 50, same Xeon: those streams taken a vector of each in turn with every line prefetched 2
+// KB ahead as it is loaded, the AVX-512 streams' walk, took E4B decode to 0.89-0.93 (AVX2 q8 0.75
+// -> 0.90-0.91, q4 0.80 -> 0.89-0.91; AVX-VNNI q8 0.81-0.82 -> 0.91, q4 0.84-0.86 -> 0.91-0.93).
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -58,8 +61,9 @@ struct PrefetchTuning {
   // AVX-512 attention: elements ahead of the loads in each KV block's keys and values (running on
   // into the next block a pass later), into L1; 0: that next block's lines at the same place, into L2.
   int64_t attention_ahead_elements = 0;
-  // Bytes ahead of the AVX2/AVX-VNNI one-token Q8/Q4 streams' chunks whose lines are prefetched
-  // into L1 as each chunk starts; 0: none.
+  // Bytes ahead in its stream of each line the AVX2/AVX-VNNI one-token Q8/Q4 streams load, prefetched
+  // into L1 as it is loaded, the streams then taken a vector of each at a time; 0: no prefetches,
+  // a chunk of each stream at a time.
   int64_t avx2_decode_ahead = 0;
   // AVX-512 Q8/Q4 batches of 5-16 tokens in tiles of 2 rows x up to 8 tokens, each weight line read
   // once for 8 tokens (else 4 x 4; matmul_avx512_vnni_interleaved.cpp).
