@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/prefetch_tuning.h"
 #include "kernels/cpu/tiled_matmul.h"
 
 #pragma GCC push_options
@@ -86,11 +87,22 @@ struct FloatTile {
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
     const int64_t len = k1 - k0;
+    // One token (decode) where prefetch_tuning() asks: each row's line `ahead` bytes on into L1, or
+    // past the row's end the line as far into the same row of the next tile, the row tile's own
+    // order. Else every tile warms the next row tile in L2 at the same columns.
+    const int64_t ahead = T == 1 && prefetch_next ? prefetch_tuning().avx2_float_decode_ahead : 0;
     int64_t c = 0;
     for (; c + 8 <= len; c += 8) {
       __m256 wv[R];
-      if (prefetch_next && (c * L::kBytes) % 64 == 0)  // warm the next row tile (see matmul_avx512_vnni.cpp)
-        for (int r = 0; r < R; ++r) _mm_prefetch((const char*)wp[r] + R * w.row_stride + c * L::kBytes, _MM_HINT_T1);
+      if (prefetch_next && (c * L::kBytes) % 64 == 0) {
+        if (ahead) {
+          const int64_t at = c * L::kBytes + ahead, span = len * L::kBytes;
+          const int64_t offset = at < span ? at : R * w.row_stride + at - span;
+          for (int r = 0; r < R; ++r) _mm_prefetch((const char*)wp[r] + offset, _MM_HINT_T0);
+        } else {
+          for (int r = 0; r < R; ++r) _mm_prefetch((const char*)wp[r] + R * w.row_stride + c * L::kBytes, _MM_HINT_T1);
+        }
+      }
       for (int r = 0; r < R; ++r) wv[r] = L::full(wp[r] + c * L::kBytes);
       for (int t = 0; t < T; ++t) {
         const __m256 xv = _mm256_loadu_ps(xp[t] + c);

@@ -42,6 +42,12 @@
 // Session 50, same Xeon: those streams taken a vector of each in turn with every line prefetched 2
 // KB ahead as it is loaded, the AVX-512 streams' walk, took E4B decode to 0.89-0.93 (AVX2 q8 0.75
 // -> 0.90-0.91, q4 0.80 -> 0.89-0.91; AVX-VNNI q8 0.81-0.82 -> 0.91, q4 0.84-0.86 -> 0.91-0.93).
+// The AVX2 one-token float row tiles (BF16 stays plain on AVX2) read 0.80-0.84 of the probe with
+// the next tile warmed in L2 (`kernels_bench Matvec/bf16` under TANDEM_ISA=avx2, two threads);
+// each row's line 4 KB ahead into L1, running on into the next tile's rows, 0.86-0.95 (2560 x 10240
+// 1764-1854 -> 1514-1585 us, 10240 x 2560 1713-1820 -> 1598-1685; 1-2 KB ahead less, 6-8 KB none;
+// both prefetches 0.79-0.87). E4B bf16 decode under TANDEM_ISA=avx2, runs alternated: roofline
+// 0.796-0.815 -> 0.866-0.875 (2 KB ahead 0.855-0.865).
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -68,6 +74,9 @@ struct PrefetchTuning {
   // AVX-512 Q8/Q4 batches of 5-16 tokens in tiles of 2 rows x up to 8 tokens, each weight line read
   // once for 8 tokens (else 4 x 4; matmul_avx512_vnni_interleaved.cpp).
   bool wide_batch_tiles = false;
+  // Bytes ahead of the AVX2 one-token float row tiles' loads (plain F32/F16/BF16 rows, four at a
+  // time; matmul_avx2.cpp), into L1; 0: the next row tile's lines at the same columns, into L2.
+  int64_t avx2_float_decode_ahead = 0;
 };
 
 // This CPU's choices; tests swap in another core's through ScopedPrefetchTuning.
@@ -76,7 +85,7 @@ inline PrefetchTuning& tuning_for_this_cpu() {
     const CpuFeatures& f = cpu_features();
     const bool zen5_or_later = f.amd && f.family >= 0x1a;
     if (zen5_or_later) return PrefetchTuning{8192, true, 8192, 2, 0};
-    if (f.intel) return PrefetchTuning{8192, false, 0, 4, 2048, 512, 2048, true};
+    if (f.intel) return PrefetchTuning{8192, false, 0, 4, 2048, 512, 2048, true, 4096};
     return PrefetchTuning{};
   }();
   return tuning;
