@@ -152,8 +152,8 @@ int main(int argc, char** argv) {
     for (const Shape& s : kShapes) {
       if (f == WeightFormat::F32 && s.rows > 100000) continue;  // 2.7 GB: not a format anyone decodes in
       register_shape(f, WeightLayout::Plain, s);
-      // Interleaved: the row groups resident weights may get (Q8/Q4 for the AVX-512 VNNI kernels,
-      // BF16/F16 for the AVX-512 ones). Matrices whose columns the row groups' chunks do not divide
+      // Interleaved: the row groups resident weights may get (Q8/Q4 for the AVX-512 VNNI and the
+      // AVX2 kernels, BF16/F16 for the AVX-512 ones). Matrices whose columns the row groups' chunks do not divide
       // (Q8/Q4 2560 x 256) stay plain in a model, so they are timed only that way.
       if (f != WeightFormat::F32 && cpu::active_kernels().reads_interleaved(f) && s.cols % interleaved_chunk_cols(f) == 0)
         register_shape(f, WeightLayout::Interleaved, s);

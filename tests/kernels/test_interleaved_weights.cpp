@@ -486,7 +486,7 @@ TEST_P(InterleavedMatmul, OneTokenRunsGiveEveryRowTheBatchsSum) {
     cpu::detail::PrefetchTuning tuning = cpu::detail::prefetch_tuning();
     tuning.avx2_decode_ahead = avx2_ahead;
     const cpu::detail::ScopedPrefetchTuning scoped(tuning);
-    check_one_token_runs(GetParam(), "avx2_decode_ahead " + std::to_string(avx2_ahead));
+    ASSERT_NO_FATAL_FAILURE(check_one_token_runs(GetParam(), "avx2_decode_ahead " + std::to_string(avx2_ahead)));
   }
 }
 

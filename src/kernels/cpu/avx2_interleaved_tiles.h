@@ -175,7 +175,8 @@ void interleaved_streams(const WeightMatrix& w, const int64_t (&g)[S], const uin
 }
 
 // The same S streams taken a code vector of each in turn (every row of each group, then the next
-// vector), each line prefetched into L1 `ahead` bytes on in its stream as it is loaded: the walk of
+// vector), each line prefetched into L1 `ahead` bytes on in its stream as it is loaded (the scales'
+// lines as the chunk starts): the walk of
 // the AVX-512 streams (matmul_avx512_vnni_interleaved.cpp). The sums are the same integers, scaled
 // in the same order, so every row's result is the chunk walk's. The S x 4 x 2 accumulators outgrow
 // the 16 registers and wait in L1 between vectors, as the AVX-512 walk's do.

@@ -87,9 +87,10 @@ struct FloatTile {
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
     const int64_t len = k1 - k0;
-    // One token (decode) where prefetch_tuning() asks: each row's line `ahead` bytes on into L1, or
-    // past the row's end the line as far into the same row of the next tile, the row tile's own
-    // order. Else every tile warms the next row tile in L2 at the same columns.
+    // One-token tiles (decode, and the odd token a batch of 5, 9 or 13 leaves after its 4-token
+    // tiles, whose rows are then in cache) where prefetch_tuning() asks: each row's line `ahead`
+    // bytes on into L1, or past the row's end the line as far into the same row of the next tile,
+    // the order the tiles read. Else every tile warms the next row tile in L2 at the same columns.
     const int64_t ahead = T == 1 && prefetch_next ? prefetch_tuning().avx2_float_decode_ahead : 0;
     int64_t c = 0;
     for (; c + 8 <= len; c += 8) {

@@ -13,7 +13,8 @@ namespace tandem::cpu {
 // The R x T dot products of weight rows [row, row + R) with tokens x + t * x_stride (bytes) over
 // columns [k0, k1): y[t * y_stride + row + r] = (accumulate ? y[...] : 0) + dot.
 // x is the table's activation layout (float32 rows, or a quantized layout). prefetch_next: decode,
-// where each row streams from DRAM once; warm the next tile's rows (row + R ...) meanwhile.
+// where each row streams from DRAM once; prefetch the lines to come meanwhile (mostly the next
+// tile's rows, row + R ..., at the same columns; see each tile for its own distance).
 using TileFn = void (*)(const WeightMatrix& w, int64_t row, const uint8_t* x, int64_t x_stride, int64_t k0,
                         int64_t k1, float* y, int64_t y_stride, bool accumulate, bool prefetch_next);
 
