@@ -135,51 +135,68 @@ void interleaved_group(const WeightMatrix& w, int64_t first_row, const uint8_t* 
       out[t][i] = hsum(_mm256_add_ps(sums[t][i][0], sums[t][i][1]));
 }
 
-// One token times S whole groups at rows g[0..S), whose chunks are S sequential streams, read a chunk
-// of each in turn and left to the hardware prefetchers (Zen 3): interleaved_group's arithmetic for
-// one token (the same steps in the same order). (A single function for both, with S = 1 for the
-// batches, compiled 8-token tiles 10-30% slower.)
+// One token's float sums over S whole row groups at rows g[0..S) (S streams), blocks 0-7 and 8-15
+// of each row, shared by the two walks below, which differ only in the order they read the codes:
+// each adds a chunk's int32 block sums exactly as interleaved_group does for one token.
+template <WeightFormat F, int S>
+struct StreamSums {
+  static constexpr int G = kInterleaveRows;
+  static constexpr int64_t kVectors = HalfVector<F>::kVectors;
+  static constexpr int64_t kRowChunkBytes = 64 * kVectors + 32;  // and 16 f16 scales
+  const uint8_t* groups[S];
+  __m256 sums[S][G][2];
+
+  StreamSums(const WeightMatrix& w, const int64_t (&g)[S]) {
+    for (int s = 0; s < S; ++s) {
+      groups[s] = interleaved_group_chunk(w, g[s], 0);
+      for (int i = 0; i < G; ++i) sums[s][i][0] = sums[s][i][1] = _mm256_setzero_ps();
+    }
+  }
+  // Stream s's chunk ch: the group's code vectors, then its rows' scales.
+  const uint8_t* chunk(int s, int64_t ch) const { return groups[s] + ch * G * kRowChunkBytes; }
+  static const uint8_t* scales(const uint8_t* chunk) { return chunk + 64 * kVectors * G; }
+  // Row i's half h of stream s's chunk p: its 8 blocks' sums scaled by theirs and the token's.
+  void add(int s, int i, int h, const uint8_t* p, __m256i block_sums, const float* x_scales) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(scales(p) + 32 * i + 16 * h)));
+    sums[s][i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums), _mm256_mul_ps(dw, _mm256_load_ps(x_scales + 8 * h)),
+                                    sums[s][i][h]);
+  }
+  void finish(float (&out)[S][G]) const {
+    for (int s = 0; s < S; ++s)
+      for (int i = 0; i < G; ++i) out[s][i] = hsum(_mm256_add_ps(sums[s][i][0], sums[s][i][1]));
+  }
+};
+
+// The S streams read a chunk of each in turn and left to the hardware prefetchers (Zen 3). (A
+// single function for this and interleaved_group, with S = 1 for the batches, compiled 8-token
+// tiles 10-30% slower.)
 template <WeightFormat F, int S>
 void interleaved_streams(const WeightMatrix& w, const int64_t (&g)[S], const uint8_t* x,
                          float (&out)[S][kInterleaveRows]) {
   constexpr int G = kInterleaveRows;
-  constexpr int64_t kVectors = HalfVector<F>::kVectors;
-  constexpr int64_t kRowChunkBytes = 64 * kVectors + 32;
-  const int64_t chunks = w.cols / kActivationChunkCols;
-  const uint8_t* groups[S];
-  __m256 sums[S][G][2];
-  for (int s = 0; s < S; ++s) {
-    groups[s] = interleaved_group_chunk(w, g[s], 0);
-    for (int i = 0; i < G; ++i) sums[s][i][0] = sums[s][i][1] = _mm256_setzero_ps();
-  }
-  for (int64_t ch = 0; ch < chunks; ++ch) {
+  StreamSums<F, S> sums(w, g);
+  for (int64_t ch = 0; ch < w.cols / kActivationChunkCols; ++ch) {
     const uint8_t* xc = x + ch * kActivationChunkBytes;
     const float* x_scales = reinterpret_cast<const float*>(xc + kActivationScales);
     for (int s = 0; s < S; ++s) {
-      const uint8_t* p = groups[s] + ch * G * kRowChunkBytes;
+      const uint8_t* p = sums.chunk(s, ch);
       __m256i block_sums[G][2][1];
       ordered_chunk_sums<F, G, 1, G>(p, 0, xc, 0, block_sums);
 #pragma GCC unroll 4
       for (int i = 0; i < G; ++i)
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m256 dw =
-              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 64 * kVectors * G + 32 * i + 16 * h)));
-          sums[s][i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums[i][h][0]),
-                                          _mm256_mul_ps(dw, _mm256_load_ps(x_scales + 8 * h)), sums[s][i][h]);
-        }
+        for (int h = 0; h < 2; ++h) sums.add(s, i, h, p, block_sums[i][h][0], x_scales);
     }
   }
-  for (int s = 0; s < S; ++s)
-    for (int i = 0; i < G; ++i) out[s][i] = hsum(_mm256_add_ps(sums[s][i][0], sums[s][i][1]));
+  sums.finish(out);
 }
 
-// The same S streams taken a code vector of each in turn (every row of each group, then the next
+// The S streams taken a code vector of each in turn (every row of each group, then the next
 // vector), each line prefetched into L1 `ahead` bytes on in its stream as it is loaded (the scales'
-// lines as the chunk starts): the walk of
-// the AVX-512 streams (matmul_avx512_vnni_interleaved.cpp). The sums are the same integers, scaled
-// in the same order, so every row's result is the chunk walk's. The S x 4 x 2 accumulators outgrow
-// the 16 registers and wait in L1 between vectors, as the AVX-512 walk's do.
+// lines as the chunk starts): the walk of the AVX-512 streams (matmul_avx512_vnni_interleaved.cpp).
+// The sums are the same integers, added through the same StreamSums, so every row's result is the
+// chunk walk's. The S x 4 x 2 accumulators outgrow the 16 registers and wait in L1 between vectors,
+// as the AVX-512 walk's do.
 // Intel Xeon (AMX, KVM guest), two threads, `kernels_bench Matvec/q[48]i` under TANDEM_ISA=avx2
 // (us, two alternated runs): the chunk walk with each chunk's lines prefetched 2 KB ahead as it
 // starts, Q8 10240 x 2560 946-947, 2560 x 10240 951-976, Q4 464-470 / 449-461; this walk 2 KB ahead
@@ -191,32 +208,24 @@ template <WeightFormat F, int S>
 void interleaved_streams_by_vector(const WeightMatrix& w, const int64_t (&g)[S], const uint8_t* x, int64_t ahead,
                                    float (&out)[S][kInterleaveRows]) {
   constexpr int G = kInterleaveRows;
-  constexpr int64_t kVectors = HalfVector<F>::kVectors;
-  constexpr int64_t kRowChunkBytes = 64 * kVectors + 32;
-  const int64_t chunks = w.cols / kActivationChunkCols;
-  const uint8_t* groups[S];
-  __m256 sums[S][G][2];
-  for (int s = 0; s < S; ++s) {
-    groups[s] = interleaved_group_chunk(w, g[s], 0);
-    for (int i = 0; i < G; ++i) sums[s][i][0] = sums[s][i][1] = _mm256_setzero_ps();
-  }
-  for (int64_t ch = 0; ch < chunks; ++ch) {
+  StreamSums<F, S> sums(w, g);
+  for (int64_t ch = 0; ch < w.cols / kActivationChunkCols; ++ch) {
     const uint8_t* xc = x + ch * kActivationChunkBytes;
     const float* x_scales = reinterpret_cast<const float*>(xc + kActivationScales);
     const uint8_t* p[S];
     __m256i acc[S][G][2];
     for (int s = 0; s < S; ++s) {
-      p[s] = groups[s] + ch * G * kRowChunkBytes;
+      p[s] = sums.chunk(s, ch);
       for (int i = 0; i < G; ++i) {
         acc[s][i][0] = HalfVector<F>::initial(xc, 0);
         acc[s][i][1] = HalfVector<F>::initial(xc, 1);
       }
       // The scales' lines, which the vectors' prefetches step over.
       for (int64_t b = 0; b < 32 * G; b += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p[s] + 64 * kVectors * G + b + ahead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(StreamSums<F, S>::scales(p[s]) + b + ahead), _MM_HINT_T0);
     }
 #pragma GCC unroll 1
-    for (int k = 0; k < kVectors; ++k) {
+    for (int k = 0; k < HalfVector<F>::kVectors; ++k) {
 #pragma GCC unroll 4
       for (int j = 0; j < S * G; ++j) {
         const int s = j / G, i = j % G;
@@ -233,15 +242,9 @@ void interleaved_streams_by_vector(const WeightMatrix& w, const int64_t (&g)[S],
 #pragma GCC unroll 4
       for (int i = 0; i < G; ++i)
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m256 dw =
-              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p[s] + 64 * kVectors * G + 32 * i + 16 * h)));
-          sums[s][i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(HalfVector<F>::block_sums(acc[s][i][h])),
-                                          _mm256_mul_ps(dw, _mm256_load_ps(x_scales + 8 * h)), sums[s][i][h]);
-        }
+        for (int h = 0; h < 2; ++h) sums.add(s, i, h, p[s], HalfVector<F>::block_sums(acc[s][i][h]), x_scales);
   }
-  for (int s = 0; s < S; ++s)
-    for (int i = 0; i < G; ++i) out[s][i] = hsum(_mm256_add_ps(sums[s][i][0], sums[s][i][1]));
+  sums.finish(out);
 }
 
 // T tokens times the row group starting at g0; stores the rows in [r0, r1).
