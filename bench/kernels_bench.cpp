@@ -2,6 +2,7 @@
 //   Matvec/<format>/<rows>x<cols>   n = 1 (decode): GB/s of weights streamed, and "roofline" = that
 //                                   divided by the higher read bandwidth probed just before and after it
 //   Batch8/<format>/<rows>x<cols>   n = 8 (batched decode of 8 sequences): GFLOP/s and GB/s
+//                                   (TANDEM_BENCH_BATCH=N: BatchN, N sequences)
 //   Prefill/<format>/<rows>x<cols>  n = 512 tokens (TANDEM_BENCH_TOKENS=N for another count): GFLOP/s
 //                                   (2 flops per weight and token)
 // <format> q8i / q4i / bf16i / f16i: the interleaved row groups (Q8/Q4 with AVX-512 VNNI, BF16/F16
@@ -81,14 +82,14 @@ struct BenchMatrix {
 void run_matmul(benchmark::State& state, WeightFormat format, WeightLayout layout, int64_t rows, int64_t cols,
                 int64_t n) {
   double bandwidth = n == 1 ? read_bandwidth() : 0.0;
-  // Decode (n <= 8) cycles through copies adding up to >= 512 MB, so that the weights come from DRAM and
-  // not from a large L3, as they do in a real model.
+  // Decode and batches (n <= 64) cycle through copies adding up to >= 512 MB, so that the weights come
+  // from DRAM and not from a large L3, as they do in a real model.
   std::vector<std::unique_ptr<BenchMatrix>> copies;
   const int64_t hot_rows = std::getenv("TANDEM_BENCH_HOT") ? std::atoll(std::getenv("TANDEM_BENCH_HOT")) : 0;
   if (hot_rows) rows = hot_rows;
   do {
     copies.push_back(std::make_unique<BenchMatrix>(format, rows, cols, layout));
-  } while (n <= 8 && !std::getenv("TANDEM_BENCH_HOT") && copies.size() * copies.front()->w.streamed_bytes() < (size_t(512) << 20));
+  } while (n <= 64 && !std::getenv("TANDEM_BENCH_HOT") && copies.size() * copies.front()->w.streamed_bytes() < (size_t(512) << 20));
   const BenchMatrix& m = *copies.front();
   std::vector<float> x(size_t(n * cols)), y(size_t(n * rows));
   std::mt19937 rng(2);
@@ -133,8 +134,10 @@ void register_shape(WeightFormat f, WeightLayout layout, const Shape& s) {
   matvec->Unit(benchmark::kMicrosecond)->MinTime(0.5);
   if (wall_clock) matvec->UseRealTime();
   if (s.rows > 100000) return;
-  auto* batch = benchmark::RegisterBenchmark(("Batch8/" + fmt + "/" + s.name).c_str(),
-                                             [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, 8); });
+  const char* batch_env = std::getenv("TANDEM_BENCH_BATCH");
+  const int64_t batch_tokens = batch_env ? std::clamp<int64_t>(std::atoll(batch_env), 2, 64) : 8;
+  auto* batch = benchmark::RegisterBenchmark(("Batch" + std::to_string(batch_tokens) + "/" + fmt + "/" + s.name).c_str(),
+                                             [=](benchmark::State& st) { run_matmul(st, f, layout, s.rows, s.cols, batch_tokens); });
   batch->Unit(benchmark::kMicrosecond)->MinTime(0.5);
   if (wall_clock) batch->UseRealTime();
   const char* tokens_env = std::getenv("TANDEM_BENCH_TOKENS");

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/prefetch_tuning.h"
 #include "kernels/cpu/tiled_matmul.h"
 
 #pragma GCC push_options
@@ -364,9 +365,16 @@ void avx512vnni_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t
   // 10240 x 2560 1353-1438 -> 824-859 us.
   static const TileSet q4_batch = make_q4_grouped_tiles<4, 8>();
   // Many tokens take the panels in either layout: for interleaved weights their unpacked copy in L2
-  // measured 10-20% faster than unpacking Q4 per token tile or walking Q8 rows in place.
+  // measured 10-20% faster than unpacking Q4 per token tile or walking Q8 rows in place. Where the
+  // interleaved batch tiles read weights once for more tokens than that (prefetch_tuning.h), they
+  // keep those batches, which then also give each token its own result.
+  if (w.layout == WeightLayout::Interleaved) {
+    const int tile_tokens = w.format == WeightFormat::Q4 ? prefetch_tuning().q4_batch_tile_tokens
+                                                         : prefetch_tuning().q8_batch_tile_tokens;
+    if (n > tile_tokens) return avx512vnni_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
+    return avx512vnni_interleaved_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
+  }
   if (n >= kPanelMinTokens) return avx512vnni_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
-  if (w.layout == WeightLayout::Interleaved) return avx512vnni_interleaved_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (n == 1)
     return tiled_matmul(w.format == WeightFormat::Q4 ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
   tiled_matmul(w.format == WeightFormat::Q4 ? q4_batch : q8, w, r0, r1, xq, xq_stride, n, y, y_stride);

@@ -1,5 +1,6 @@
 // AVX-512 VNNI matmul for Q8/Q4 weights stored in the Interleaved layout (kernels/weight.h), for
-// 1-15 tokens; more tokens go to the prefill panels (matmul_avx512_vnni_panel.cpp), which pack
+// 1-15 tokens, on Intel up to 48 (Q8) or 40 (Q4, prefetch_tuning.h); more tokens go to the prefill
+// panels (matmul_avx512_vnni_panel.cpp), which pack
 // this layout by a copy or a nibble unpack. The layout is the panels' order, made once when the
 // weights are loaded: lane j of every weight vector belongs to block j of a 512-column chunk, as
 // in the activations' panel layout, so 8 vpdpbusd finish 16 block sums in one int32 accumulator
@@ -361,10 +362,10 @@ TileSet make_tiles() {
   return set;
 }
 
-// Batched decode (2-15 tokens) walks a row group's columns in blocks, and within a block runs
-// every tile over it: the group's rows in parts (the whole group of 4, or two halves of 2), each
-// part with every token tile, so the block's weights come from DRAM for a part's first token tile
-// and from L1 for the others. The float sums of all tiles (1 KB each) wait across the blocks and
+// Batched decode (2-48 tokens; prefetch_tuning() says up to how many) walks a row group's columns
+// in blocks, and within a block runs every tile over it: the group's rows in parts (the whole group
+// of 4, or two halves of 2), each part with every token tile, so the block's weights come from
+// DRAM for the first token tile and from cache for the others (a pass of several groups: below). The float sums of all tiles (1 KB each) wait across the blocks and
 // are reduced once per group. Each dot product still adds its chunks in column order, so the result
 // does not depend on the block size or on the tile shape.
 //
@@ -381,9 +382,10 @@ TileSet make_tiles() {
 using ChunksFn = void (*)(const WeightMatrix& w, int64_t row, const uint8_t* xb, int64_t x_stride, int64_t ch0,
                          int64_t ch1, bool first, int64_t ahead, float* sums);
 using StoreFn = void (*)(const float* sums, int64_t row, float* y, int64_t y_stride, bool accumulate);
-constexpr int kMaxBatchTokens = 16, kMaxBatchTiles = 4, kMaxPassGroups = 8;
+constexpr int kMaxBatchTokens = 48, kMaxBatchTiles = 12, kMaxPassGroups = 8;  // 96 KB of sums
 constexpr int64_t kTileSums = 16 * 16;  // floats per tile: R x T <= 16 accumulators of 16 lanes
 constexpr int64_t kL1ActivationBytes = 32 << 10;
+constexpr int64_t kL1TokenTilesBytes = 40 << 10;  // what a block's activations may take of L1 (48 KB on the Xeon)
 
 // Every tile of at most Rows rows and Tokens tokens: chunks[r - 1][t - 1] for r rows and t tokens.
 template <int Rows, int Tokens>
@@ -453,14 +455,26 @@ void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t
   const int pass_groups = n * xq_stride > kL1ActivationBytes ? kMaxPassGroups : 1;
   // Token tiles of at most Tokens, as even as they come (9 tokens in tiles of 8: 5 and 4).
   const int token_tiles = int((n + Tokens - 1) / Tokens), tile_tokens = int((n + token_tiles - 1) / token_tiles);
+  // Where all the tokens' activations of a block outgrow L1, each token tile runs over all the
+  // pass's groups before the next one starts (a round per token tile): its activations stay in L1
+  // and the pass's weights (up to 8 x 8.7 KB) come back from L2, where the tiles of a group in turn
+  // took every token tile's activations from L2. Intel Xeon, kernels_bench Batch16-40 (10240 x 2560
+  // and 2560 x 10240, two threads from DRAM, alternated, us): q4 16 tokens 1637-1801 -> 1354-1499,
+  // 32 tokens 2999-3287 -> 2546-2791, q8 32 tokens 3452-3535 -> 2787-3403. Below that the group's
+  // tiles in turn stay: E4B batches of 12 ran 2-4% slower in rounds (q8 41.2-42.5 -> 38.6-40.6 tok/s).
+  const bool rounds = n * block * kChunkBytesX > kL1TokenTilesBytes;
+  const int token_rounds = rounds ? token_tiles : 1, round_tiles = rounds ? 1 : token_tiles;
   const int tiles_per_group = token_tiles * (kInterleaveRows / Rows);
   alignas(64) float sums[kMaxPassGroups * kMaxBatchTiles * kTileSums];
-  // Calls fn(tile, first row, rows, first token, tokens) for each tile of a group's rows.
-  const auto for_each_tile = [&](int64_t group_row, int group_rows, auto&& fn) {
-    int tile = 0;
+  // Calls fn(tile, first row, rows, first token, tokens) for each tile of a group's rows and token
+  // tiles [tt0, tt1).
+  const auto for_each_tile = [&](int64_t group_row, int group_rows, int tt0, int tt1, auto&& fn) {
     for (int part = 0; part < group_rows; part += Rows)
-      for (int64_t t = 0; t < n; t += tile_tokens)
-        fn(tile++, group_row + part, std::min(Rows, group_rows - part), t, int(std::min<int64_t>(tile_tokens, n - t)));
+      for (int tt = tt0; tt < tt1 && tt * int64_t(tile_tokens) < n; ++tt) {
+        const int64_t t = tt * int64_t(tile_tokens);
+        fn(part / Rows * token_tiles + tt, group_row + part, std::min(Rows, group_rows - part), t,
+           int(std::min<int64_t>(tile_tokens, n - t)));
+      }
   };
   for (int64_t r = r0; r < r1;) {
     int64_t first_row[kMaxPassGroups];
@@ -473,14 +487,16 @@ void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t
     const auto tile_sums = [&](int g, int tile) { return sums + kTileSums * (g * tiles_per_group + tile); };
     for (int64_t c0 = 0; c0 < chunks; c0 += block) {
       const int64_t c1 = std::min(chunks, c0 + block);
-      for (int g = 0; g < groups; ++g)
-        for_each_tile(first_row[g], rows[g], [&](int tile, int64_t row, int tr, int64_t t, int tt) {
-          tiles.chunks[tr - 1][tt - 1](w, row, xq + t * xq_stride, xq_stride, c0, c1, c0 == 0, next_group,
-                                       tile_sums(g, tile));
-        });
+      for (int round = 0; round < token_rounds; ++round)
+        for (int g = 0; g < groups; ++g)
+          for_each_tile(first_row[g], rows[g], round * round_tiles, (round + 1) * round_tiles,
+                        [&](int tile, int64_t row, int tr, int64_t t, int tt) {
+                          tiles.chunks[tr - 1][tt - 1](w, row, xq + t * xq_stride, xq_stride, c0, c1, c0 == 0,
+                                                       next_group, tile_sums(g, tile));
+                        });
     }
     for (int g = 0; g < groups; ++g) {
-      for_each_tile(first_row[g], rows[g], [&](int tile, int64_t row, int tr, int64_t t, int tt) {
+      for_each_tile(first_row[g], rows[g], 0, token_tiles, [&](int tile, int64_t row, int tr, int64_t t, int tt) {
         tiles.store[tr - 1][tt - 1](tile_sums(g, tile), row, y + t * y_stride, y_stride, false);
       });
       r += rows[g];

@@ -48,6 +48,13 @@
 // 1764-1854 -> 1514-1585 us, 10240 x 2560 1713-1820 -> 1598-1685; 1-2 KB ahead less, 6-8 KB none;
 // both prefetches 0.79-0.87). E4B bf16 decode under TANDEM_ISA=avx2, runs alternated: roofline
 // 0.796-0.815 -> 0.866-0.875 (2 KB ahead 0.855-0.865).
+// Session 51, same Xeon: batches of 16 or more sequences went to the Q8/Q4 prefill panels, whose
+// weight unpacking a few tokens do not repay: E4B batches of 16 ran slower in aggregate than
+// batches of 8 (q4 44 against 55 tok/s, q8 27 against 36). The 2 x 8 tiles, each token tile of a
+// pass over its row groups in turn (matmul_avx512_vnni_interleaved.cpp), took E4B batches (tiles
+// against panels, alternated, tok/s) q4 16: 57 / 44, 24: 64 / 52, 32: 61 / 57, 40: 64 / 62, 48:
+// 62 / 68; q8 16: 46 / 27, 32: 56 / 43, 48: 57 / 50. Other CPUs keep the panels from 16 tokens,
+// where the crossover was not measured again.
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -77,6 +84,11 @@ struct PrefetchTuning {
   // Bytes ahead of the AVX2 one-token float row tiles' loads (plain F32/F16/BF16 rows, four at a
   // time; matmul_avx2.cpp), into L1; 0: the next row tile's lines at the same columns, into L2.
   int64_t avx2_float_decode_ahead = 0;
+  // Most tokens the AVX-512 Q8/Q4 batch tiles take over interleaved weights, reading each weight
+  // line once from memory for all of them; more go to the prefill panels, which first unpack the
+  // weights into L2 (matmul_avx512_vnni.cpp).
+  int q8_batch_tile_tokens = 15;
+  int q4_batch_tile_tokens = 15;
 };
 
 // This CPU's choices; tests swap in another core's through ScopedPrefetchTuning.
@@ -85,7 +97,7 @@ inline PrefetchTuning& tuning_for_this_cpu() {
     const CpuFeatures& f = cpu_features();
     const bool zen5_or_later = f.amd && f.family >= 0x1a;
     if (zen5_or_later) return PrefetchTuning{8192, true, 8192, 2, 0};
-    if (f.intel) return PrefetchTuning{8192, false, 0, 4, 2048, 512, 2048, true, 4096};
+    if (f.intel) return PrefetchTuning{8192, false, 0, 4, 2048, 512, 2048, true, 4096, 48, 40};
     return PrefetchTuning{};
   }();
   return tuning;
