@@ -365,9 +365,10 @@ TileSet make_tiles() {
 // Batched decode (2-48 tokens; prefetch_tuning() says up to how many) walks a row group's columns
 // in blocks, and within a block runs every tile over it: the group's rows in parts (the whole group
 // of 4, or two halves of 2), each part with every token tile, so the block's weights come from
-// DRAM for the first token tile and from cache for the others (a pass of several groups: below). The float sums of all tiles (1 KB each) wait across the blocks and
-// are reduced once per group. Each dot product still adds its chunks in column order, so the result
-// does not depend on the block size or on the tile shape.
+// DRAM for the first token tile and from cache for the others (a pass of several groups: below).
+// The float sums of all tiles (1 KB each) wait across the blocks and are reduced once per group.
+// Each dot product still adds its chunks in column order, so the result does not depend on the
+// block size, the tile shape or the order of the tiles.
 //
 // Tiles are 4 rows x 4 tokens, or (prefetch_tuning().wide_batch_tiles, for 5 tokens or more) 2 rows
 // x up to 8 tokens. On an Intel Xeon with AMX (session 44) a batch of 8 in 2 x 8 tiles reads each
