@@ -437,7 +437,8 @@ const BatchTiles<Rows, Tokens>& batch_tiles() {
 template <WeightFormat F, int Rows, int Tokens>
 void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xq, int64_t xq_stride, int64_t n,
                     float* y, int64_t y_stride) {
-  static_assert(kMaxBatchTokens / Tokens * (kInterleaveRows / Rows) <= kMaxBatchTiles, "a group's tiles fit sums");
+  static_assert((kMaxBatchTokens + Tokens - 1) / Tokens * (kInterleaveRows / Rows) <= kMaxBatchTiles,
+                "a group's tiles fit sums");
   const BatchTiles<Rows, Tokens>& tiles = batch_tiles<F, Rows, Tokens>();
   const int64_t chunks = w.cols / kInterleaveChunk;
   constexpr int64_t kMaxBlockChunks = F == WeightFormat::Q4 ? 5 : 4;
@@ -463,7 +464,9 @@ void batched_matmul(const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t
   // and 2560 x 10240, two threads from DRAM, alternated, us): q4 16 tokens 1637-1801 -> 1354-1499,
   // 32 tokens 2999-3287 -> 2546-2791, q8 32 tokens 3452-3535 -> 2787-3403. Below that the group's
   // tiles in turn stay: E4B batches of 12 ran 2-4% slower in rounds (q8 41.2-42.5 -> 38.6-40.6 tok/s).
-  const bool rounds = n * block * kChunkBytesX > kL1TokenTilesBytes;
+  // Batches of up to 15, which every CPU takes here, keep that order too: rounds were not measured
+  // for them.
+  const bool rounds = n > 15 && n * block * kChunkBytesX > kL1TokenTilesBytes;
   const int token_rounds = rounds ? token_tiles : 1, round_tiles = rounds ? 1 : token_tiles;
   const int tiles_per_group = token_tiles * (kInterleaveRows / Rows);
   alignas(64) float sums[kMaxPassGroups * kMaxBatchTiles * kTileSums];
@@ -523,7 +526,7 @@ void avx512vnni_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1
   // One token: a tile is a whole row group, so it reads one sequential stream (see WeightLayout).
   static const TileSet q8_decode = make_tiles<WeightFormat::Q8, kInterleaveRows, 1>();
   static const TileSet q4_decode = make_tiles<WeightFormat::Q4, kInterleaveRows, 1>();
-  // 2-15 tokens (batched decode): 4 rows (a row group) x 4 tokens. On Zen 4 (Batch8, 2 threads from
+  // 2-15 tokens (batched decode; on Intel up to 48): 4 rows (a row group) x 4 tokens, or 2 x 8 below. On Zen 4 (Batch8, 2 threads from
   // DRAM, GOP/s) it beat 2 x 8, the best on Zen 5 before the sums were reduced four at a time: q4
   // 490-530 against 290-345, q8 380-390 against 300-345; 4 x 2, 5 x 4, 3 x 8 and 1 x 8 were slower on
   // one core. With groups of 16 rows, 4-row tiles (each reading a quarter of every 1 KB) and

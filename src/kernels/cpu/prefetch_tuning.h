@@ -78,7 +78,7 @@ struct PrefetchTuning {
   // into L1 as it is loaded, the streams then taken a vector of each at a time; 0: no prefetches,
   // a chunk of each stream at a time.
   int64_t avx2_decode_ahead = 0;
-  // AVX-512 Q8/Q4 batches of 5-16 tokens in tiles of 2 rows x up to 8 tokens, each weight line read
+  // AVX-512 Q8/Q4 batches of 5 tokens or more in tiles of 2 rows x up to 8 tokens, each weight line read
   // once for 8 tokens (else 4 x 4; matmul_avx512_vnni_interleaved.cpp).
   bool wide_batch_tiles = false;
   // Bytes ahead of the AVX2 one-token float row tiles' loads (plain F32/F16/BF16 rows, four at a
