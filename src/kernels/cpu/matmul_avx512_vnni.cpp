@@ -369,9 +369,9 @@ void avx512vnni_matmul_rows_quantized(const WeightMatrix& w, int64_t r0, int64_t
   // interleaved batch tiles were measured faster for more tokens than that (prefetch_tuning.h),
   // they keep those batches.
   if (w.layout == WeightLayout::Interleaved) {
-    const int tile_tokens = w.format == WeightFormat::Q4 ? prefetch_tuning().q4_batch_tile_tokens
+    const int tiles_up_to = w.format == WeightFormat::Q4 ? prefetch_tuning().q4_batch_tile_tokens
                                                          : prefetch_tuning().q8_batch_tile_tokens;
-    if (n > tile_tokens) return avx512vnni_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
+    if (n > tiles_up_to) return avx512vnni_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
     return avx512vnni_interleaved_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
   }
   if (n >= kPanelMinTokens) return avx512vnni_panel_matmul(w, r0, r1, xq, xq_stride, n, y, y_stride);
