@@ -387,11 +387,11 @@ TEST_P(InterleavedMatmul, SoftcappedTargetsGiveTheMatmulThenTheSoftcap) {
   }
 }
 
-// One token over BF16/F16 row groups reads runs from several places of a pass side by side
-// (KernelTable::matvec_streams): every row gets exactly the sum matmul_rows gives it, in groups of
-// matrices of any height (short last groups) on pools of 1-3 threads, and from runs that start
-// inside a row group or end inside one.
-TEST_P(InterleavedMatmul, OneTokenStreamsGiveEveryRowItsOwnSum) {
+// Up to kMatvecStreamTokens tokens over BF16/F16 row groups read runs from several places of a pass
+// side by side (KernelTable::matvec_streams): every row gets exactly the sum matmul_rows gives it
+// for each token alone, in groups of matrices of any height (short last groups) and output strides
+// on pools of 1-3 threads, and from runs that start inside a row group or end inside one.
+TEST_P(InterleavedMatmul, StreamsGiveEveryRowAndTokenItsOwnSum) {
   if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
   const cpu::KernelTable& k = cpu::kernels_for(GetParam());
   std::mt19937 rng(14);
@@ -404,45 +404,62 @@ TEST_P(InterleavedMatmul, OneTokenStreamsGiveEveryRowItsOwnSum) {
       if (GetParam() >= Isa::Avx512) {
         EXPECT_TRUE(k.reads_in_streams(ms[0].view)) << what;
       }
-      const std::vector<float> x = random_vector(size_t(cols), rng);
-      std::vector<std::vector<float>> expected(ms.size()), got(ms.size());
-      std::vector<MatmulTarget> targets;
+      constexpr int64_t kTokens = cpu::kMatvecStreamTokens;
+      const std::vector<float> x = random_vector(size_t(kTokens * cols), rng);
+      // expected[i][t * rows + r]: row r of matrix i for token t alone.
+      std::vector<std::vector<float>> expected(ms.size());
       std::vector<float> row(static_cast<size_t>(cols));
       for (size_t i = 0; i < ms.size(); ++i) {
         const WeightMatrix& w = ms[i].view;
         const cpu::KernelTable& rows_table = k.reads_layout(w) ? k : cpu::scalar_kernels();
-        expected[i].assign(size_t(w.rows), -1.0f);
-        rows_table.matmul_rows(w, 0, w.rows, x.data(), cols, 1, expected[i].data(), w.rows);
+        expected[i].assign(size_t(kTokens * w.rows), -1.0f);
+        for (int64_t t = 0; t < kTokens; ++t)
+          rows_table.matmul_rows(w, 0, w.rows, x.data() + t * cols, cols, 1, expected[i].data() + t * w.rows, w.rows);
         for (int64_t r = 0; r < w.rows; ++r) {
           w.row_to_float(r, row.data());
           const Expected e = expected_dot(row, x.data(), cols, false);
           ASSERT_NEAR(expected[i][size_t(r)], e.value, e.tolerance) << what << " matrix " << i << " row " << r;
         }
-        got[i].assign(size_t(w.rows), -1.0f);
-        targets.push_back({&w, got[i].data(), w.rows});
       }
-      for (int threads : {1, 2, 3}) {
-        ThreadPool pool(threads);
-        for (auto& g : got) std::fill(g.begin(), g.end(), -1.0f);
-        cpu::matmul_group(pool, k, targets, x.data(), cols, 1);
+      // Token t's row r of matrix i lands at got[i][t * stride(i) + r]; strides differ per matrix.
+      auto stride = [&](size_t i) { return ms[i].view.rows + int64_t(i); };
+      std::vector<std::vector<float>> got(ms.size());
+      auto expect_rows = [&](int64_t n, auto in_run, const std::string& where) {
         for (size_t i = 0; i < ms.size(); ++i)
-          EXPECT_EQ(got[i], expected[i]) << what << " matrix " << i << " threads " << threads;
-      }
-      if (!k.matvec_streams) continue;
-      // Runs that start or end inside a row group, a run of a short last group, and more runs than
-      // are read side by side at once.
-      const cpu::RowRun runs[] = {{&ms[0].view, 5, 43, got[0].data()},  {&ms[1].view, 0, 6, got[1].data()},
-                                  {&ms[2].view, 4, 6, got[2].data()},   {&ms[3].view, 64, 130, got[3].data()},
-                                  {&ms[0].view, 96, 203, got[0].data()}};
-      static_assert(std::size(runs) > size_t(cpu::kMatvecStreams));
-      for (auto& g : got) std::fill(g.begin(), g.end(), -1.0f);
-      k.matvec_streams(std::span<const cpu::RowRun>(runs), x.data());
-      for (size_t i = 0; i < ms.size(); ++i)
-        for (int64_t r = 0; r < ms[i].view.rows; ++r) {
-          bool in_run = false;
-          for (const cpu::RowRun& run : runs) in_run = in_run || (run.w == &ms[i].view && r >= run.r0 && r < run.r1);
-          ASSERT_EQ(got[i][size_t(r)], in_run ? expected[i][size_t(r)] : -1.0f) << what << " matrix " << i << " row " << r;
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t r = 0; r < ms[i].view.rows; ++r)
+              ASSERT_EQ(got[i][size_t(t * stride(i) + r)], in_run(i, r) ? expected[i][size_t(t * ms[i].view.rows + r)] : -1.0f)
+                  << what << " " << where << " tokens " << n << " matrix " << i << " token " << t << " row " << r;
+      };
+      for (int64_t n : {int64_t(1), int64_t(2), int64_t(3), kTokens}) {
+        std::vector<MatmulTarget> targets;
+        for (size_t i = 0; i < ms.size(); ++i) {
+          got[i].assign(size_t(n * stride(i)), -1.0f);
+          targets.push_back({&ms[i].view, got[i].data(), stride(i)});
         }
+        for (int threads : {1, 2, 3}) {
+          ThreadPool pool(threads);
+          for (auto& g : got) std::fill(g.begin(), g.end(), -1.0f);
+          cpu::matmul_group(pool, k, targets, x.data(), cols, n);
+          expect_rows(n, [](size_t, int64_t) { return true; }, "threads " + std::to_string(threads));
+        }
+        if (!k.matvec_streams) continue;
+        // Runs that start or end inside a row group, a run of a short last group, and more runs than
+        // are read side by side at once.
+        const cpu::RowRun runs[] = {{&ms[0].view, 5, 43, got[0].data(), stride(0)},
+                                    {&ms[1].view, 0, 6, got[1].data(), stride(1)},
+                                    {&ms[2].view, 4, 6, got[2].data(), stride(2)},
+                                    {&ms[3].view, 64, 130, got[3].data(), stride(3)},
+                                    {&ms[0].view, 96, 203, got[0].data(), stride(0)}};
+        static_assert(std::size(runs) > size_t(cpu::kMatvecStreams));
+        for (auto& g : got) std::fill(g.begin(), g.end(), -1.0f);
+        k.matvec_streams(std::span<const cpu::RowRun>(runs), x.data(), cols, n);
+        expect_rows(n, [&](size_t i, int64_t r) {
+          for (const cpu::RowRun& run : runs)
+            if (run.w == &ms[i].view && r >= run.r0 && r < run.r1) return true;
+          return false;
+        }, "runs");
+      }
     }
 }
 

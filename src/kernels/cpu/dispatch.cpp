@@ -147,7 +147,7 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
     k.quantize_activations(w0, n, x, x_stride, 0, n, xq, stride);
   }
 
-  if (n == 1 && k.reads_in_streams(w0)) {
+  if (n <= kMatvecStreamTokens && !prepared && k.reads_in_streams(w0)) {
     // Unit j of this pass is unit j of each of its kMatvecStreams parts: a thread taking units in
     // order reads that many far-apart places of the weights side by side.
     const int64_t per_stream = (units + kMatvecStreams - 1) / kMatvecStreams;
@@ -161,11 +161,13 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
           const WeightMatrix& w = *targets[i].w;
           const int64_t r0 = (u - first_unit[i]) * kRowGrain;
           caps[count] = targets[i].softcap;
-          runs[count++] = {&w, r0, std::min(w.rows, r0 + kRowGrain), targets[i].y};
+          runs[count++] = {&w, r0, std::min(w.rows, r0 + kRowGrain), targets[i].y, targets[i].y_stride};
         }
-        k.matvec_streams(std::span(runs, count), x);
+        k.matvec_streams(std::span(runs, count), x, x_stride, n);
         for (size_t r = 0; r < count; ++r)
-          if (caps[r] > 0) table.softcap(runs[r].y + runs[r].r0, runs[r].r1 - runs[r].r0, caps[r]);
+          if (caps[r] > 0)
+            for (int64_t t = 0; t < n; ++t)
+              table.softcap(runs[r].y + t * runs[r].y_stride + runs[r].r0, runs[r].r1 - runs[r].r0, caps[r]);
       }
     };
     if (parallel) pool.parallel_chunks(per_stream, 1, multiply_streams);

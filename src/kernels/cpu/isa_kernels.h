@@ -24,8 +24,8 @@ float* thread_scratch_floats(int slot, size_t floats);
 // Float weights (F32/F16/BF16), x float32 rows.
 void avx512_matmul_rows_float(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride,
                               int64_t n, float* y, int64_t y_stride);
-// One token over up to kMatvecStreams runs of BF16/F16 row groups (KernelTable::matvec_streams).
-void avx512_matvec_streams_float(std::span<const RowRun> runs, const float* x);
+// 1-8 tokens over up to kMatvecStreams runs of BF16/F16 row groups (KernelTable::matvec_streams).
+void avx512_matvec_streams_float(std::span<const RowRun> runs, const float* x, int64_t x_stride, int64_t n);
 void avx2_matmul_rows_float(const WeightMatrix& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride,
                             int64_t n, float* y, int64_t y_stride);
 

@@ -12,19 +12,23 @@
 
 namespace tandem::cpu {
 
-// Rows [r0, r1) of one matrix for one token: y[r] = W(r, :) . x for r in [r0, r1).
+// Rows [r0, r1) of one matrix: y[t * y_stride + r] = W(r, :) . x_t for r in [r0, r1) and each token t.
 struct RowRun {
   const WeightMatrix* w = nullptr;
   int64_t r0 = 0, r1 = 0;
   float* y = nullptr;
+  int64_t y_stride = 0;
 };
 
 // gelu_gate's result is 0 where 2u = 2 * sqrt(2 / pi) * (g + 0.044715 g^3) is below this: there
 // tanh(u) is -1 in float (from 2u = -18.022 on), so the reference's 0.5 g (1 + tanh(u)) is 0.
 constexpr float kGeluZeroBelow = -18.03f;
 
-// How many row runs a core reads side by side for one token (KernelTable::matvec_streams).
+// How many row runs a core reads side by side (KernelTable::matvec_streams).
 constexpr int kMatvecStreams = 4;
+// Most tokens KernelTable::matvec_streams takes: batches of up to this many read float row groups
+// as one token does (docs/kernels.md, "Session 52").
+constexpr int kMatvecStreamTokens = 8;
 
 struct KernelTable {
   Isa isa;
@@ -69,13 +73,14 @@ struct KernelTable {
   bool interleaved_q4 = false;
   bool interleaved_float = false;
 
-  // One token over row runs of BF16/F16 matrices of one width in WeightLayout::Interleaved,
-  // kMatvecStreams runs read side by side at a time. One core keeps more DRAM reads in flight on
-  // several streams far apart than on one, as the bandwidth probe reads (docs/kernels.md,
-  // "Streams"), so matmul() hands each thread runs from kMatvecStreams places of a pass. Each
-  // row's sum is the one matmul_rows gives. nullptr where a table has none. (The Q8/Q4 one-token
-  // tiles prefetch their stream in software instead; streams measured no faster there.)
-  void (*matvec_streams)(std::span<const RowRun> runs, const float* x) = nullptr;
+  // 1 to kMatvecStreamTokens tokens (n, each w.cols floats at x + t * x_stride) over row runs of
+  // BF16/F16 matrices of one width in WeightLayout::Interleaved, kMatvecStreams runs read side by
+  // side at a time. One core keeps more DRAM reads in flight on several streams far apart than on
+  // one, as the bandwidth probe reads (docs/kernels.md, "Streams"), so matmul() hands each thread
+  // runs from kMatvecStreams places of a pass. Each row's sum is the one matmul_rows gives, for
+  // every token. nullptr where a table has none. (The Q8/Q4 one-token tiles prefetch their stream
+  // in software instead; streams measured no faster there.)
+  void (*matvec_streams)(std::span<const RowRun> runs, const float* x, int64_t x_stride, int64_t n) = nullptr;
 
   // Float weights this table also takes through the two steps above (its "quantized" activations
   // are then a packed float form), per matrix and token count; nullptr: none. The AMX table

@@ -112,9 +112,9 @@ struct FloatTile {
 
 // BF16/F16 in the Interleaved layout (kernels/weight.h): a tile of a whole row group reads one
 // sequential stream, vector by vector, instead of R rows side by side (R = 2 groups: two streams).
-// One or two tokens leave the streams to the hardware prefetchers (one token mostly goes through
-// stream_groups below); batches prefetch the next group at the same columns, or on Zen 5 a fixed
-// distance ahead (prefetch_tuning.h). Columns [k0, k1) are whole 32-value vectors. Every row adds
+// One or two tokens leave the streams to the hardware prefetchers (up to 8 tokens mostly go through
+// stream_groups(_tokens) below); batches prefetch the next group at the same columns, or on Zen 5 a
+// fixed distance ahead (prefetch_tuning.h). Columns [k0, k1) are whole 32-value vectors. Every row adds
 // its products vector by vector, each vector's two halves in turn, into one accumulator, for any R
 // and T: a row's sum does not depend on the token count.
 // Hint: where the batched tiles' prefetches go (_MM_HINT_T1: L2, _MM_HINT_T0: L1; prefetch_tuning.h).
@@ -211,16 +211,76 @@ void stream_groups(const uint8_t* const* groups, float* const* out, int64_t vect
     for (int r = 0; r < G; ++r) out[s][r] = _mm512_reduce_add_ps(acc[s][r]);
 }
 
-// The runs' whole row groups go through stream_groups, one group of each run at a time; a run's
-// rows that are not whole groups (a short last group, an unaligned start) through the tiles.
+// 2-8 tokens over S row groups read side by side in the same walk: each weight vector is widened
+// once for all the tokens. S x 4 rows x T tokens of sums outgrow the registers, so they live in L1
+// (a load and a store per row and token for 4 FMAs' worth of weights); fewer streams with the sums
+// in registers read slower from DRAM (docs/kernels.md, "Session 52"). Each line is prefetched into
+// L1 where prefetch_tuning() says so. Each (row, token) adds its products in stream_groups' order,
+// so every token gets exactly its one-token result.
+template <WeightFormat F, int S, int T>
+void stream_groups_tokens(const uint8_t* const* groups, float* const* out, const int64_t* y_strides, int64_t vectors,
+                          const float* x, int64_t x_stride) {
+  using L = Widen<F>;
+  constexpr int G = kInterleaveRows;
+  const int64_t ahead = prefetch_tuning().float_stream_tokens_ahead;
+  alignas(64) float sums[S][G][T][16];
+  for (int s = 0; s < S; ++s)
+    for (int r = 0; r < G; ++r)
+      for (int t = 0; t < T; ++t) _mm512_store_ps(sums[s][r][t], _mm512_setzero_ps());
+  for (int64_t v = 0; v < vectors; ++v) {
+    __m512 lo_x[T], hi_x[T];
+    for (int t = 0; t < T; ++t) {
+      lo_x[t] = _mm512_loadu_ps(x + t * x_stride + 32 * v);
+      hi_x[t] = _mm512_loadu_ps(x + t * x_stride + 32 * v + 16);
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s)
+#pragma GCC unroll 4
+      for (int r = 0; r < G; ++r) {
+        const uint8_t* p = groups[s] + (v * G + r) * 64;
+        if (ahead) _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T0);
+        const __m512 lo = L::full(p), hi = L::full(p + 32);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          __m512 acc = _mm512_load_ps(sums[s][r][t]);
+          acc = _mm512_fmadd_ps(lo, lo_x[t], acc);
+          acc = _mm512_fmadd_ps(hi, hi_x[t], acc);
+          _mm512_store_ps(sums[s][r][t], acc);
+        }
+      }
+  }
+  for (int s = 0; s < S; ++s)
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < G; ++r) out[s][t * y_strides[s] + r] = _mm512_reduce_add_ps(_mm512_load_ps(sums[s][r][t]));
+}
+
+template <WeightFormat F, int S>
+void stream_groups_for(const uint8_t* const* groups, float* const* out, const int64_t* y_strides, int64_t vectors,
+                       const float* x, int64_t x_stride, int64_t n) {
+  switch (n) {
+    case 1: return stream_groups<F, S>(groups, out, vectors, x);
+    case 2: return stream_groups_tokens<F, S, 2>(groups, out, y_strides, vectors, x, x_stride);
+    case 3: return stream_groups_tokens<F, S, 3>(groups, out, y_strides, vectors, x, x_stride);
+    case 4: return stream_groups_tokens<F, S, 4>(groups, out, y_strides, vectors, x, x_stride);
+    case 5: return stream_groups_tokens<F, S, 5>(groups, out, y_strides, vectors, x, x_stride);
+    case 6: return stream_groups_tokens<F, S, 6>(groups, out, y_strides, vectors, x, x_stride);
+    case 7: return stream_groups_tokens<F, S, 7>(groups, out, y_strides, vectors, x, x_stride);
+    default: return stream_groups_tokens<F, S, 8>(groups, out, y_strides, vectors, x, x_stride);
+  }
+}
+static_assert(kMatvecStreamTokens == 8, "stream_groups_for instantiates 1-8 tokens");
+
+// The runs' whole row groups go through stream_groups(_tokens), one group of each run at a time; a
+// run's rows that are not whole groups (a short last group, an unaligned start) through the tiles.
 template <WeightFormat F>
-void matvec_streams(std::span<const RowRun> runs, const float* x) {
+void matvec_streams(std::span<const RowRun> runs, const float* x, int64_t x_stride, int64_t n) {
   constexpr int G = kInterleaveRows;
   int64_t next[kMatvecStreams];
   const size_t count = runs.size();  // at most kMatvecStreams (avx512_matvec_streams_float)
   for (size_t i = 0; i < count; ++i) next[i] = runs[i].r0;
   const uint8_t* groups[kMatvecStreams];
   float* out[kMatvecStreams];
+  int64_t y_strides[kMatvecStreams];
   for (;;) {
     int s = 0;
     for (size_t i = 0; i < count; ++i) {
@@ -229,20 +289,21 @@ void matvec_streams(std::span<const RowRun> runs, const float* x) {
       if (next[i] >= run.r1) continue;
       if (next[i] % G == 0 && next[i] + G <= run.r1 && interleaved_group_rows(w, next[i]) == G) {
         groups[s] = interleaved_float_at(w, next[i], 0);
+        y_strides[s] = run.y_stride;
         out[s++] = run.y + next[i];
         next[i] += G;
       } else {
-        avx512_matmul_rows_float(w, next[i], run.r1, x, w.cols, 1, run.y, w.rows);
+        avx512_matmul_rows_float(w, next[i], run.r1, x, x_stride, n, run.y, run.y_stride);
         next[i] = run.r1;
       }
     }
     const int64_t vectors = runs[0].w->cols / 32;
     switch (s) {
       case 0: return;
-      case 1: stream_groups<F, 1>(groups, out, vectors, x); break;
-      case 2: stream_groups<F, 2>(groups, out, vectors, x); break;
-      case 3: stream_groups<F, 3>(groups, out, vectors, x); break;
-      default: stream_groups<F, 4>(groups, out, vectors, x); break;
+      case 1: stream_groups_for<F, 1>(groups, out, y_strides, vectors, x, x_stride, n); break;
+      case 2: stream_groups_for<F, 2>(groups, out, y_strides, vectors, x, x_stride, n); break;
+      case 3: stream_groups_for<F, 3>(groups, out, y_strides, vectors, x, x_stride, n); break;
+      default: stream_groups_for<F, 4>(groups, out, y_strides, vectors, x, x_stride, n); break;
     }
   }
 }
@@ -426,11 +487,11 @@ PanelKernels panel_kernels() {
 
 }  // namespace
 
-void avx512_matvec_streams_float(std::span<const RowRun> runs, const float* x) {
+void avx512_matvec_streams_float(std::span<const RowRun> runs, const float* x, int64_t x_stride, int64_t n) {
   for (size_t first = 0; first < runs.size(); first += kMatvecStreams) {  // more runs: kMatvecStreams at a time
     const auto some = runs.subspan(first, std::min(runs.size() - first, size_t(kMatvecStreams)));
-    if (some[0].w->format == WeightFormat::BF16) matvec_streams<WeightFormat::BF16>(some, x);
-    else matvec_streams<WeightFormat::F16>(some, x);
+    if (some[0].w->format == WeightFormat::BF16) matvec_streams<WeightFormat::BF16>(some, x, x_stride, n);
+    else matvec_streams<WeightFormat::F16>(some, x, x_stride, n);
   }
 }
 

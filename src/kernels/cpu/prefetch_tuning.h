@@ -55,6 +55,14 @@
 // against panels, alternated, tok/s) q4 16: 57 / 44, 24: 64 / 52, 32: 61 / 57, 40: 64 / 62, 48:
 // 62 / 68; q8 16: 46 / 27, 32: 56 / 43, 48: 57 / 50. Other CPUs keep the panels from 16 tokens,
 // where the crossover was not measured again.
+// Session 52, a Zen 5 VM again: batches of 2-8 tokens over BF16/F16 row groups had gone through the
+// batch tiles, one or two adjacent groups at a time, and read 25-33 GB/s from DRAM on two cores
+// where one token's four streams read ~60 (E4B bf16 batches of 2 ran 1.2-1.8x a single decode).
+// They now take the one-token walk over four streams, each line prefetched into L1 2 KB ahead:
+// `kernels_bench` 2 tokens 1.06-1.15 -> 0.94-1.0 ms with the prefetch (1 KB 1.0-1.1, 4 KB the
+// same as 2); without it the streams alone took 2 tokens from 1.37-1.65 to 1.07-1.25 ms. Intel
+// reads its BF16 batches with AMX, so this reaches only its F16 batches there, unmeasured; it
+// takes its one-token streams' 2 KB. Other CPUs keep the streams without prefetches.
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -89,6 +97,9 @@ struct PrefetchTuning {
   // weights into L2 (matmul_avx512_vnni.cpp).
   int q8_batch_tile_tokens = 15;
   int q4_batch_tile_tokens = 15;
+  // Bytes ahead of the BF16/F16 streams' loads for 2-8 tokens (stream_groups_tokens in
+  // matmul_avx512.cpp), into L1; 0: none.
+  int64_t float_stream_tokens_ahead = 0;
 };
 
 // This CPU's choices; tests swap in another core's through ScopedPrefetchTuning.
@@ -96,8 +107,16 @@ inline PrefetchTuning& tuning_for_this_cpu() {
   static PrefetchTuning tuning = [] {
     const CpuFeatures& f = cpu_features();
     const bool zen5_or_later = f.amd && f.family >= 0x1a;
-    if (zen5_or_later) return PrefetchTuning{8192, true, 8192, 2, 0};
-    if (f.intel) return PrefetchTuning{8192, false, 0, 4, 2048, 512, 2048, true, 4096, 48, 40};
+    if (zen5_or_later) {
+      PrefetchTuning zen5{8192, true, 8192, 2, 0};
+      zen5.float_stream_tokens_ahead = 2048;
+      return zen5;
+    }
+    if (f.intel) {
+      PrefetchTuning intel{8192, false, 0, 4, 2048, 512, 2048, true, 4096, 48, 40};
+      intel.float_stream_tokens_ahead = 2048;
+      return intel;
+    }
     return PrefetchTuning{};
   }();
   return tuning;
