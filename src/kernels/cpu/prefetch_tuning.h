@@ -54,7 +54,7 @@
 // pass over its row groups in turn (matmul_avx512_vnni_interleaved.cpp), took E4B batches (tiles
 // against panels, alternated, tok/s) q4 16: 57 / 44, 24: 64 / 52, 32: 61 / 57, 40: 64 / 62, 48:
 // 62 / 68; q8 16: 46 / 27, 32: 56 / 43, 48: 57 / 50. Other CPUs keep the panels from 16 tokens,
-// where the crossover was not measured again.
+// where the crossover was not measured again, except Zen 5 (session 52 below).
 // Session 52, a Zen 5 VM again: batches of 2-8 tokens over BF16/F16 row groups had gone through the
 // batch tiles, one or two adjacent groups at a time, and read 25-33 GB/s from DRAM on two cores
 // where one token's four streams read ~60 (E4B bf16 batches of 2 ran 1.2-1.8x a single decode).
@@ -63,6 +63,9 @@
 // same as 2); without it the streams alone took 2 tokens from 1.37-1.65 to 1.07-1.25 ms. Intel
 // reads its BF16 batches with AMX, so this reaches only its F16 batches there, unmeasured; it
 // takes its one-token streams' 2 KB. Other CPUs keep the streams without prefetches.
+// On the same Zen 5 VM the Q8/Q4 batch tiles beat the prefill panels up to 48 tokens (Q4 too,
+// where Intel's panels won from 41): `kernels_bench` Batch16 q8i 3.5-4.8 -> 1.4-2.1 ms, q4i 2.3-2.8
+// -> 1.1-1.2; Batch48 q4i 4.2-5.4 -> 3.0; E4B batches of 16 (tok/s) q8 29 -> 46, q4 38 -> 68.
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -109,6 +112,7 @@ inline PrefetchTuning& tuning_for_this_cpu() {
     const bool zen5_or_later = f.amd && f.family >= 0x1a;
     if (zen5_or_later) {
       PrefetchTuning zen5{8192, true, 8192, 2, 0};
+      zen5.q8_batch_tile_tokens = zen5.q4_batch_tile_tokens = 48;
       zen5.float_stream_tokens_ahead = 2048;
       return zen5;
     }
