@@ -59,8 +59,10 @@
 // batch tiles, one or two adjacent groups at a time, and read 25-33 GB/s from DRAM on two cores
 // where one token's four streams read ~60 (E4B bf16 batches of 2 ran 1.2-1.8x a single decode).
 // They now take the one-token walk over four streams, each line prefetched into L1 2 KB ahead:
-// `kernels_bench` 2 tokens 1.06-1.15 -> 0.94-1.0 ms with the prefetch (1 KB 1.0-1.1, 4 KB the
-// same as 2); without it the streams alone took 2 tokens from 1.37-1.65 to 1.07-1.25 ms. Intel
+// `kernels_bench` 2 tokens (10240 x 2560 / 2560 x 10240, medians, ms) 1.06 / 1.15 -> 0.94 / 1.00
+// with 1 KB, 1.21 / 1.18 -> 1.04 / 1.03 with 4 KB, and 2 KB against 1 KB side by side 0.99 / 1.03
+// against 1.11 / 1.14; without prefetches the streams alone took 2 tokens from the tiles' 1.65 /
+// 1.37 to 1.25 / 1.07. Intel
 // reads its BF16 batches with AMX, so this reaches only its F16 batches there, unmeasured; it
 // takes its one-token streams' 2 KB. Other CPUs keep the streams without prefetches.
 // On the same Zen 5 VM the Q8/Q4 batch tiles beat the prefill panels up to 48 tokens (Q4 too,
