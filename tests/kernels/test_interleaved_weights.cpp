@@ -279,10 +279,12 @@ TEST_P(InterleavedMatmul, BatchedDecodeGivesEachTokenItsOwnResult) {
   constexpr int64_t kCols = 4608;
   const bool avx512_vnni_tiles = k.isa >= Isa::Avx512 && cpu_features().avx512_vnni;
   // Both shapes of the AVX-512 Q8/Q4 batch tiles, whichever this CPU takes, and for batches of up
-  // to 48 tokens, as Intel CPUs take them (48: the most tiles a group's sums hold).
+  // to 48 tokens, as Intel CPUs take them (48: the most tiles a group's sums hold). BF16/F16
+  // batches of 5 and 8 go to the streams on one side and to the batch tiles on the other.
   for (bool wide_batch_tiles : {false, true}) {
     cpu::detail::PrefetchTuning tuning = cpu::detail::prefetch_tuning();
     tuning.wide_batch_tiles = wide_batch_tiles;
+    tuning.float_stream_tokens = wide_batch_tiles ? cpu::kMatvecStreamTokens : 2;
     tuning.q8_batch_tile_tokens = tuning.q4_batch_tile_tokens = 48;
     const cpu::detail::ScopedPrefetchTuning scoped(tuning);
     for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::BF16, WeightFormat::F16})

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/prefetch_tuning.h"
 
 namespace tandem::cpu {
 
@@ -147,7 +148,8 @@ void matmul_group(ThreadPool& pool, const KernelTable& table, std::span<const Ma
     k.quantize_activations(w0, n, x, x_stride, 0, n, xq, stride);
   }
 
-  if (n <= kMatvecStreamTokens && !prepared && k.reads_in_streams(w0)) {
+  if (n <= std::min(kMatvecStreamTokens, detail::prefetch_tuning().float_stream_tokens) && !prepared &&
+      k.reads_in_streams(w0)) {
     // Unit j of this pass is unit j of each of its kMatvecStreams parts: a thread taking units in
     // order reads that many far-apart places of the weights side by side.
     const int64_t per_stream = (units + kMatvecStreams - 1) / kMatvecStreams;

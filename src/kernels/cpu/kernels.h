@@ -27,7 +27,7 @@ constexpr float kGeluZeroBelow = -18.03f;
 // How many row runs a core reads side by side (KernelTable::matvec_streams).
 constexpr int kMatvecStreams = 4;
 // Most tokens KernelTable::matvec_streams takes: batches of up to this many read float row groups
-// as one token does (docs/kernels.md, "Session 52").
+// as one token does (docs/kernels.md, "Session 52"); a CPU may send fewer (prefetch_tuning.h).
 constexpr int kMatvecStreamTokens = 8;
 
 struct KernelTable {

@@ -68,6 +68,13 @@
 // On the same Zen 5 VM the Q8/Q4 batch tiles beat the prefill panels up to 48 tokens (Q4 too,
 // where Intel's panels won from 41): `kernels_bench` Batch16 q8i 3.5-4.8 -> 1.4-2.1 ms, q4i 2.3-2.8
 // -> 1.1-1.2; Batch48 q4i 4.2-5.4 -> 3.0; E4B batches of 16 (tok/s) q8 29 -> 46, q4 38 -> 68.
+// Session 53, a Zen 4 VM (family 25 model 17): its 256-bit units run each 512-bit FMA and store in
+// two halves, and the streams' sums in L1 (a load and a store per row and token) made those batches
+// store-bound: `kernels_bench` 10240 x 2560 and 2560 x 10240, two threads from DRAM (ms, streams
+// against tiles) 2 tokens 1.70 / 1.65 against 2.25 / 1.85, 3 tokens 1.8-2.1 either way, 4 tokens
+// 2.51 / 2.52 against 1.84 / 1.89, 8 tokens 4.84 / 4.97 against 2.07 / 2.22; E4B bf16 batches of
+// 8 8.7 -> 18.8 tok/s with the tiles. So CPUs other than Zen 5 and Intel take streams for 2 tokens
+// only (float_stream_tokens); Zen 5 had measured 8 the same either way and keeps them.
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -105,6 +112,9 @@ struct PrefetchTuning {
   // Bytes ahead of the BF16/F16 streams' loads for 2-8 tokens (stream_groups_tokens in
   // matmul_avx512.cpp), into L1; 0: none.
   int64_t float_stream_tokens_ahead = 0;
+  // Most tokens (1 to kMatvecStreamTokens) the AVX-512 BF16/F16 streams take; more go to the batch
+  // tiles, whose sums stay in registers.
+  int float_stream_tokens = 2;
 };
 
 // This CPU's choices; tests swap in another core's through ScopedPrefetchTuning.
@@ -116,11 +126,13 @@ inline PrefetchTuning& tuning_for_this_cpu() {
       PrefetchTuning zen5{8192, true, 8192, 2, 0};
       zen5.q8_batch_tile_tokens = zen5.q4_batch_tile_tokens = 48;
       zen5.float_stream_tokens_ahead = 2048;
+      zen5.float_stream_tokens = 8;
       return zen5;
     }
     if (f.intel) {
       PrefetchTuning intel{8192, false, 0, 4, 2048, 512, 2048, true, 4096, 48, 40};
       intel.float_stream_tokens_ahead = 2048;
+      intel.float_stream_tokens = 8;
       return intel;
     }
     return PrefetchTuning{};
