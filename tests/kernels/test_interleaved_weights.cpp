@@ -465,8 +465,9 @@ TEST_P(InterleavedMatmul, StreamsGiveEveryRowAndTokenItsOwnSum) {
     }
 }
 
-// OneTokenRunsGiveEveryRowTheBatchsSum on one table under the current prefetch tuning.
-void check_one_token_runs(Isa isa, const std::string& tuning) {
+// RunsGiveEveryRowAndTokenTheBatchsSum on one table under the current prefetch tuning, n tokens at
+// a time.
+void check_runs(Isa isa, const std::string& tuning, int64_t n) {
   const cpu::KernelTable& k = cpu::kernels_for(isa);
   std::mt19937 rng(23);
   struct Case {
@@ -476,42 +477,54 @@ void check_one_token_runs(Isa isa, const std::string& tuning) {
   const Case cases[] = {
       {78, 1536, {{0, 78}, {0, 4}, {0, 8}, {4, 16}, {8, 20}, {16, 76}, {12, 78}, {3, 41}, {0, 77}, {64, 78}, {76, 78}}},
       {1126, 512, {{0, 1126}, {0, 1024}, {4, 1030}, {8, 1126}, {3, 900}, {512, 1125}}}};
+  // The batch: the n tokens and one more, on the batch tiles (no streams).
+  cpu::detail::PrefetchTuning tiles_only = cpu::detail::prefetch_tuning();
+  tiles_only.decode_streams = 0;
+  tiles_only.quant_stream_tokens = 1;
   for (const auto& [rows, cols, runs] : cases) {
     for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4}) {
       const OwnedMatrix m = interleaved_copy(random_matrix(f, rows, cols, false, rng));
-      const std::vector<float> x = random_vector(size_t(cols), rng);
-      std::vector<float> twice(size_t(2 * cols));
-      std::copy(x.begin(), x.end(), twice.begin());
-      std::copy(x.begin(), x.end(), twice.begin() + cols);
-      std::vector<float> batch(size_t(2 * rows), -1.0f);
-      k.matmul_rows(m.view, 0, rows, twice.data(), cols, 2, batch.data(), rows);
-      ASSERT_EQ(std::vector<float>(batch.begin(), batch.begin() + rows),
-                std::vector<float>(batch.begin() + rows, batch.end()));
+      const std::vector<float> x = random_vector(size_t((n + 1) * cols), rng);
+      std::vector<float> batch(size_t((n + 1) * rows), -1.0f);
+      {
+        const cpu::detail::ScopedPrefetchTuning scoped(tiles_only);
+        k.matmul_rows(m.view, 0, rows, x.data(), cols, n + 1, batch.data(), rows);
+      }
       for (const auto& [r0, r1] : runs) {
-        std::vector<float> y(size_t(rows), -1.0f);
-        k.matmul_rows(m.view, r0, r1, x.data(), cols, 1, y.data(), rows);
-        for (int64_t r = 0; r < rows; ++r)
-          ASSERT_EQ(y[size_t(r)], r >= r0 && r < r1 ? batch[size_t(r)] : -1.0f)
-              << isa_name(isa) << " " << tuning << " " << weight_format_name(f) << " rows [" << r0 << ", " << r1
-              << ") row " << r;
+        std::vector<float> y(size_t(n * rows), -1.0f);
+        k.matmul_rows(m.view, r0, r1, x.data(), cols, n, y.data(), rows);
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(y[size_t(t * rows + r)], r >= r0 && r < r1 ? batch[size_t(t * rows + r)] : -1.0f)
+                << isa_name(isa) << " " << tuning << " " << weight_format_name(f) << " rows [" << r0 << ", " << r1
+                << ") token " << t << " of " << n << " row " << r;
       }
     }
   }
 }
 
-// One token over Q8/Q4 row groups: any run of rows (one a thread takes from a pass) gives every
-// row exactly what a batch gives it, whether the run's groups split into the streams a core reads
-// side by side (matmul_avx512_vnni_interleaved.cpp, on Zen 5 and Intel; avx2_interleaved_tiles.h,
-// a chunk of each stream at a time, or with prefetches a vector at a time) or leave some over: runs
-// of 1-19 whole groups, runs that start inside a group, and runs ending in the short last group;
-// and runs of 280 groups, which the streams hand to y in several staged pieces.
-TEST_P(InterleavedMatmul, OneTokenRunsGiveEveryRowTheBatchsSum) {
+// Q8/Q4 row groups, one token or a few: any run of rows (one a thread takes from a pass) gives
+// every row and token exactly what a batch on the batch tiles gives it, whether the run's groups
+// split into the streams a core reads side by side (matmul_avx512_vnni_interleaved.cpp, on Zen 5
+// and Intel, 2 or 4 streams, 1 or 2 tokens; avx2_interleaved_tiles.h, one token, a chunk of each
+// stream at a time, or with prefetches a vector at a time) or leave some over: runs of 1-19 whole
+// groups, runs that start inside a group, and runs ending in the short last group; and runs of
+// 280 groups, which the streams hand to y in several staged pieces.
+TEST_P(InterleavedMatmul, RunsGiveEveryRowAndTokenTheBatchsSum) {
   if (!isa_supported(GetParam())) GTEST_SKIP() << "not supported by this CPU";
   for (int64_t avx2_ahead : {0, 2048}) {
     cpu::detail::PrefetchTuning tuning = cpu::detail::prefetch_tuning();
     tuning.avx2_decode_ahead = avx2_ahead;
     const cpu::detail::ScopedPrefetchTuning scoped(tuning);
-    ASSERT_NO_FATAL_FAILURE(check_one_token_runs(GetParam(), "avx2_decode_ahead " + std::to_string(avx2_ahead)));
+    ASSERT_NO_FATAL_FAILURE(check_runs(GetParam(), "avx2_decode_ahead " + std::to_string(avx2_ahead), 1));
+  }
+  for (int streams : {2, 4}) {
+    cpu::detail::PrefetchTuning tuning = cpu::detail::prefetch_tuning();
+    tuning.decode_streams = streams;
+    tuning.quant_stream_tokens = 2;
+    const cpu::detail::ScopedPrefetchTuning scoped(tuning);
+    for (int64_t n : {1, 2, 3})
+      ASSERT_NO_FATAL_FAILURE(check_runs(GetParam(), std::to_string(streams) + " streams", n));
   }
 }
 

@@ -253,9 +253,19 @@ struct InterleavedTile {
 // at a time, which was not measured there. Each row's sum is the one Tile::run gives it (the same
 // chunks in the same order), and the rows the parts leave (a last uneven group, a range that does
 // not start at a group, groups that do not split evenly) go through tiled_matmul.
-template <WeightFormat F, int S>
-void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xb,
-                          float* y) {
+//
+// T tokens (at most kMaxStreamTokens) take the same walk, each weight vector meeting every token's
+// activation vector where it is loaded, and each (row, token) adds its products and chunks as one
+// token alone does, so every token gets its one-token result. Zen 5, two tokens against the batch
+// tiles (which read a row group's tile once for up to 4 tokens, but one stream per core): E4B q8
+// batches of 2 19.6-19.8 -> 25.3-26.4 tok/s, q4 40.7-41.5 -> 41.9-42.5 (host-state noise in q4's
+// other runs was larger than that); 3 and 4 tokens ran slower than the tiles end to end (q4 batches
+// of 4 60 -> 41, q8 35 -> 30; the accumulators then outgrow the registers twice over, also with
+// a row's vectors walked in turn instead of a vector of each row), so larger batches keep the
+// tiles (docs/kernels.md, "Session 54").
+template <WeightFormat F, int S, int T>
+void tokens_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xb,
+                       int64_t x_stride, float* y, int64_t y_stride) {
   constexpr int R = kInterleaveRows;
   using Tile = InterleavedTile<F, R, 1>;
   constexpr int kVectors = Tile::kVectors;
@@ -272,7 +282,7 @@ void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r
   // non-temporal stores the same; prefetching y's lines for writing, 1-16 groups ahead, nothing.
   // kernels_bench Matvec/q4i, two threads: 10240 x 2560 0.91 -> 0.97-0.99 of the probe.
   constexpr int64_t kStagedGroups = 32;
-  alignas(64) float staged[S][kStagedGroups * R];
+  alignas(64) float staged[S][T][kStagedGroups * R];
   for (int64_t i = 0; i < groups_per_stream; ++i) {
     int64_t first_row[S];
     const uint8_t* wc[S];
@@ -282,24 +292,32 @@ void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r
       wc[s] = interleaved_vector(w, first_row[s], 0, 0);
       sc[s] = interleaved_scales(w, first_row[s], 0);
     }
-    __m512 sums[S][R];
+    __m512 sums[S][R][T];
     for (int64_t ch = 0; ch < chunks; ++ch) {
       const uint8_t* xc = xb + ch * kChunkBytesX;
-      __m512i acc[S][R];
-      const __m512i corrections = _mm512_load_si512(xc + kCorrectionsAt);
+      __m512i acc[S][R][T];
 #pragma GCC unroll 4
-      for (int s = 0; s < S; ++s) {
+      for (int t = 0; t < T; ++t) {
+        const __m512i corrections = _mm512_load_si512(xc + t * x_stride + kCorrectionsAt);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) acc[s][r] = corrections;
-        // The scales' 128 bytes: beside the vectors' prefetches, which step over them, every line
-        // of the stream ahead is prefetched once.
-        for (int64_t b = 0; b < 32 * R; b += 64) prefetch(sc[s] + b);
+        for (int s = 0; s < S; ++s)
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r) acc[s][r][t] = corrections;
       }
+      // The scales' 128 bytes: beside the vectors' prefetches, which step over them, every line
+      // of the stream ahead is prefetched once.
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s)
+        for (int64_t b = 0; b < 32 * R; b += 64) prefetch(sc[s] + b);
 #pragma GCC unroll 1
       for (int k = 0; k < kVectors; ++k) {
         // Q4: the low nibbles meet activation vector k, the high ones vector k + 4.
-        const __m512i xlo = _mm512_load_si512(xc + 64 * k);
-        const __m512i xhi = F == WeightFormat::Q4 ? _mm512_load_si512(xc + 64 * (k + 4)) : xlo;
+        __m512i xlo[T], xhi[T];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+          xlo[t] = _mm512_load_si512(xc + t * x_stride + 64 * k);
+          xhi[t] = F == WeightFormat::Q4 ? _mm512_load_si512(xc + t * x_stride + 64 * (k + 4)) : xlo[t];
+        }
         // One loop over the S x R vectors, unrolled 4 times rather than fully: GCC then keeps the
         // accumulators in memory (a load and a store beside each vpdpbusd, all in L1), and on the
         // Xeon that walk read 4-6% more of the bandwidth than the fully unrolled one with the
@@ -311,38 +329,68 @@ void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r
           const int s = i / R, r = i % R;
           const uint8_t* p = wc[s] + 64 * (k * R + r);
           prefetch(p);
-          if constexpr (F == WeightFormat::Q8) {
-            acc[s][r] = _mm512_dpbusd_epi32(acc[s][r], _mm512_loadu_si512(p), xlo);
+          if constexpr (F == WeightFormat::Q8 && T == 1) {
+            acc[s][r][0] = _mm512_dpbusd_epi32(acc[s][r][0], _mm512_loadu_si512(p), xlo[0]);
+          } else if constexpr (F == WeightFormat::Q8) {
+            const __m512i v = load_once(p);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) acc[s][r][t] = _mm512_dpbusd_epi32(acc[s][r][t], v, xlo[t]);
           } else {
             const __m512i v = load_once(p);
-            acc[s][r] = _mm512_dpbusd_epi32(acc[s][r], _mm512_and_si512(v, nibble), xlo);
-            acc[s][r] = _mm512_dpbusd_epi32(acc[s][r], _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble), xhi);
+            const __m512i lo = _mm512_and_si512(v, nibble), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+              acc[s][r][t] = _mm512_dpbusd_epi32(acc[s][r][t], lo, xlo[t]);
+              acc[s][r][t] = _mm512_dpbusd_epi32(acc[s][r][t], hi, xhi[t]);
+            }
           }
         }
       }
-      const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(xc + kScalesAt));
+      __m512 dx[T];
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) dx[t] = _mm512_load_ps(reinterpret_cast<const float*>(xc + t * x_stride + kScalesAt));
 #pragma GCC unroll 4
       for (int s = 0; s < S; ++s) {
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) Tile::add_scaled_block_sums(acc[s][r], sc[s] + 32 * r, dx, ch == 0, sums[s][r]);
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+          for (int t = 0; t < T; ++t)
+            Tile::add_scaled_block_sums(acc[s][r][t], sc[s] + 32 * r, dx[t], ch == 0, sums[s][r][t]);
         wc[s] += chunk_step;
         sc[s] += chunk_step;
       }
     }
     const int64_t slot = i % kStagedGroups;
-    for (int s = 0; s < S; ++s) Tile::store_registers(sums[s], R * slot, staged[s], 0, false);
+    for (int s = 0; s < S; ++s)
+      for (int t = 0; t < T; ++t) {
+        __m512 token_sums[R];
+        for (int r = 0; r < R; ++r) token_sums[r] = sums[s][r][t];
+        Tile::store_registers(token_sums, R * slot, staged[s][t], 0, false);
+      }
     if (slot == kStagedGroups - 1 || i == groups_per_stream - 1)
       for (int s = 0; s < S; ++s)
-        std::memcpy(y + first_row[s] - R * slot, staged[s], sizeof(float) * size_t(R * (slot + 1)));
+        for (int t = 0; t < T; ++t)
+          std::memcpy(y + t * y_stride + first_row[s] - R * slot, staged[s][t], sizeof(float) * size_t(R * (slot + 1)));
   }
-  tiled_matmul(tiles, w, r0 + R * S * groups_per_stream, r1, xb, 0, 1, y, 0);
+  tiled_matmul(tiles, w, r0 + R * S * groups_per_stream, r1, xb, x_stride, T, y, y_stride);
+}
+
+// One or two tokens over a thread's rows [r0, r1) in S streams (see tokens_in_streams).
+constexpr int kMaxStreamTokens = 2;
+
+template <WeightFormat F, int S>
+void in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xb,
+                int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
+  static_assert(kMaxStreamTokens == 2, "one instance per token count");
+  if (n == 1) return tokens_in_streams<F, S, 1>(tiles, w, r0, r1, xb, x_stride, y, y_stride);
+  tokens_in_streams<F, S, 2>(tiles, w, r0, r1, xb, x_stride, y, y_stride);
 }
 
 template <WeightFormat F>
-void one_token_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xb,
-                          float* y) {
-  if (prefetch_tuning().decode_streams >= 4) return one_token_in_streams<F, 4>(tiles, w, r0, r1, xb, y);
-  one_token_in_streams<F, 2>(tiles, w, r0, r1, xb, y);
+void in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xb,
+                int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
+  if (prefetch_tuning().decode_streams >= 4) return in_streams<F, 4>(tiles, w, r0, r1, xb, x_stride, n, y, y_stride);
+  in_streams<F, 2>(tiles, w, r0, r1, xb, x_stride, n, y, y_stride);
 }
 
 template <WeightFormat F>
@@ -532,9 +580,9 @@ void avx512vnni_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1
   // one core. With groups of 16 rows, 4-row tiles (each reading a quarter of every 1 KB) and
   // 16-row tiles in 4-row sub-tiles were 7-30% slower in E4B batches of 8.
   const bool q4_format = w.format == WeightFormat::Q4;
-  if (n == 1 && prefetch_tuning().decode_streams > 0)
-    return q4_format ? one_token_in_streams<WeightFormat::Q4>(q4_decode, w, r0, r1, xq, y)
-                     : one_token_in_streams<WeightFormat::Q8>(q8_decode, w, r0, r1, xq, y);
+  if (prefetch_tuning().decode_streams > 0 && n <= std::min<int64_t>(kMaxStreamTokens, prefetch_tuning().quant_stream_tokens))
+    return q4_format ? in_streams<WeightFormat::Q4>(q4_decode, w, r0, r1, xq, xq_stride, n, y, y_stride)
+                     : in_streams<WeightFormat::Q8>(q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (n == 1) return tiled_matmul(q4_format ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (q4_format) return batched_matmul<WeightFormat::Q4>(w, r0, r1, xq, xq_stride, n, y, y_stride);
   batched_matmul<WeightFormat::Q8>(w, r0, r1, xq, xq_stride, n, y, y_stride);

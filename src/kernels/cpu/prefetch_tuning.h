@@ -115,6 +115,9 @@ struct PrefetchTuning {
   // Most tokens (1 to kMatvecStreamTokens) the AVX-512 BF16/F16 streams take; more go to the batch
   // tiles, whose sums stay in registers.
   int float_stream_tokens = 2;
+  // Most tokens (1 or 2) the AVX-512 Q8/Q4 streams take (with decode_streams > 0); more go to the
+  // batch tiles.
+  int quant_stream_tokens = 1;
 };
 
 // This CPU's choices; tests swap in another core's through ScopedPrefetchTuning.
@@ -127,6 +130,7 @@ inline PrefetchTuning& tuning_for_this_cpu() {
       zen5.q8_batch_tile_tokens = zen5.q4_batch_tile_tokens = 48;
       zen5.float_stream_tokens_ahead = 2048;
       zen5.float_stream_tokens = 8;
+      zen5.quant_stream_tokens = 2;
       return zen5;
     }
     if (f.intel) {
