@@ -78,8 +78,8 @@ struct KernelTable {
   // side at a time. One core keeps more DRAM reads in flight on several streams far apart than on
   // one, as the bandwidth probe reads (docs/kernels.md, "Streams"), so matmul() hands each thread
   // runs from kMatvecStreams places of a pass. Each row's sum is the one matmul_rows gives, for
-  // every token. nullptr where a table has none. (The Q8/Q4 one-token tiles prefetch their stream
-  // in software instead; streams measured no faster there.)
+  // every token. nullptr where a table has none. (The Q8/Q4 row groups have streams of their own,
+  // inside each ISA's interleaved kernel, with software prefetches.)
   void (*matvec_streams)(std::span<const RowRun> runs, const float* x, int64_t x_stride, int64_t n) = nullptr;
 
   // Float weights this table also takes through the two steps above (its "quantized" activations

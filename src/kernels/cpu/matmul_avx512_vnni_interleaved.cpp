@@ -241,6 +241,9 @@ struct InterleavedTile {
   }
 };
 
+// Most tokens the streams below take (1 or 2; more go to the batch tiles).
+constexpr int kMaxStreamTokens = 2;
+
 // One token over a thread's rows [r0, r1) as S parts read side by side: the i-th row group of
 // every part in turn, and within it one weight vector of each part in turn, with every part's
 // float sums in registers (what spills stays in L1). A single sequential stream per core reads
@@ -266,6 +269,7 @@ struct InterleavedTile {
 template <WeightFormat F, int S, int T>
 void tokens_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xb,
                        int64_t x_stride, float* y, int64_t y_stride) {
+  static_assert(T >= 1 && T <= kMaxStreamTokens);
   constexpr int R = kInterleaveRows;
   using Tile = InterleavedTile<F, R, 1>;
   constexpr int kVectors = Tile::kVectors;
@@ -376,7 +380,6 @@ void tokens_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, 
 }
 
 // One or two tokens over a thread's rows [r0, r1) in S streams (see tokens_in_streams).
-constexpr int kMaxStreamTokens = 2;
 
 template <WeightFormat F, int S>
 void in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xb,
@@ -410,7 +413,8 @@ TileSet make_tiles() {
   return set;
 }
 
-// Batched decode (2-48 tokens; prefetch_tuning() says up to how many) walks a row group's columns
+// Batched decode (2-48 tokens, from 3 where two take the streams above; prefetch_tuning() says up
+// to how many) walks a row group's columns
 // in blocks, and within a block runs every tile over it: the group's rows in parts (the whole group
 // of 4, or two halves of 2), each part with every token tile, so the block's weights come from
 // DRAM for the first token tile and from cache for the others (a pass of several groups: below).
@@ -574,7 +578,7 @@ void avx512vnni_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1
   // One token: a tile is a whole row group, so it reads one sequential stream (see WeightLayout).
   static const TileSet q8_decode = make_tiles<WeightFormat::Q8, kInterleaveRows, 1>();
   static const TileSet q4_decode = make_tiles<WeightFormat::Q4, kInterleaveRows, 1>();
-  // 2-15 tokens (batched decode; on Intel up to 48): 4 rows (a row group) x 4 tokens, or 2 x 8 below. On Zen 4 (Batch8, 2 threads from
+  // 2-15 tokens (batched decode; on Intel up to 48; on Zen 5 from 3): 4 rows (a row group) x 4 tokens, or 2 x 8 below. On Zen 4 (Batch8, 2 threads from
   // DRAM, GOP/s) it beat 2 x 8, the best on Zen 5 before the sums were reduced four at a time: q4
   // 490-530 against 290-345, q8 380-390 against 300-345; 4 x 2, 5 x 4, 3 x 8 and 1 x 8 were slower on
   // one core. With groups of 16 rows, 4-row tiles (each reading a quarter of every 1 KB) and

@@ -75,6 +75,10 @@
 // 2.51 / 2.52 against 1.84 / 1.89, 8 tokens 4.84 / 4.97 against 2.07 / 2.22; E4B bf16 batches of
 // 8 8.7 -> 18.8 tok/s with the tiles. So CPUs other than Zen 5 and Intel take streams for 2 tokens
 // only (float_stream_tokens); Zen 5 had measured 8 the same either way and keeps them.
+// Session 54, the Zen 5 VM: Q8/Q4 batches of 2 in the one-token streams (quant_stream_tokens)
+// against the batch tiles, E4B q8 batches of 2 19.6-19.8 -> 25.3-26.4 tok/s, q4 about even to 3%
+// faster; 3 and 4 tokens in the streams were slower end to end (q4 batches of 4 60 -> 41 tok/s).
+// Intel (4 streams) and Zen 4 (no streams) were not measured with two tokens and keep the tiles.
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -86,8 +90,9 @@ struct PrefetchTuning {
   bool batch_into_l1 = false;  // batched tiles' next-group lines into L1 (else L2)
   // Bytes ahead of a batched BF16/F16 row-group tile's loads; 0: the next group at the same columns.
   int64_t float_batch_ahead = 0;
-  // A thread's one-token VNNI decode reads its rows as this many row-group streams side by side,
-  // each prefetched decode_ahead / decode_streams bytes ahead; 0: its rows in order.
+  // A thread's VNNI decode of one token (up to quant_stream_tokens) reads its rows as this many
+  // row-group streams side by side, each prefetched decode_ahead / decode_streams bytes ahead;
+  // 0: its rows in order.
   int decode_streams = 0;
   // Bytes ahead of the one-token BF16/F16 streams' loads, into L1; 0: none.
   int64_t float_decode_ahead = 0;
