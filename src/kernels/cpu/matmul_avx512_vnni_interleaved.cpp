@@ -380,7 +380,6 @@ void tokens_in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, 
 }
 
 // One or two tokens over a thread's rows [r0, r1) in S streams (see tokens_in_streams).
-
 template <WeightFormat F, int S>
 void in_streams(const TileSet& tiles, const WeightMatrix& w, int64_t r0, int64_t r1, const uint8_t* xb,
                 int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
@@ -414,10 +413,10 @@ TileSet make_tiles() {
 }
 
 // Batched decode (2-48 tokens, from 3 where two take the streams above; prefetch_tuning() says up
-// to how many) walks a row group's columns
-// in blocks, and within a block runs every tile over it: the group's rows in parts (the whole group
-// of 4, or two halves of 2), each part with every token tile, so the block's weights come from
-// DRAM for the first token tile and from cache for the others (a pass of several groups: below).
+// to how many) walks a row group's columns in blocks, and within a block runs every tile over it:
+// the group's rows in parts (the whole group of 4, or two halves of 2), each part with every token
+// tile, so the block's weights come from DRAM for the first token tile and from cache for the
+// others (a pass of several groups: below).
 // The float sums of all tiles (1 KB each) wait across the blocks and are reduced once per group.
 // Each dot product still adds its chunks in column order, so the result does not depend on the
 // block size, the tile shape or the order of the tiles.
@@ -578,13 +577,15 @@ void avx512vnni_interleaved_matmul(const WeightMatrix& w, int64_t r0, int64_t r1
   // One token: a tile is a whole row group, so it reads one sequential stream (see WeightLayout).
   static const TileSet q8_decode = make_tiles<WeightFormat::Q8, kInterleaveRows, 1>();
   static const TileSet q4_decode = make_tiles<WeightFormat::Q4, kInterleaveRows, 1>();
-  // 2-15 tokens (batched decode; on Intel up to 48; on Zen 5 from 3): 4 rows (a row group) x 4 tokens, or 2 x 8 below. On Zen 4 (Batch8, 2 threads from
-  // DRAM, GOP/s) it beat 2 x 8, the best on Zen 5 before the sums were reduced four at a time: q4
-  // 490-530 against 290-345, q8 380-390 against 300-345; 4 x 2, 5 x 4, 3 x 8 and 1 x 8 were slower on
-  // one core. With groups of 16 rows, 4-row tiles (each reading a quarter of every 1 KB) and
-  // 16-row tiles in 4-row sub-tiles were 7-30% slower in E4B batches of 8.
+  // 2-15 tokens (batched decode; on Intel up to 48; on Zen 5 from 3): 4 rows (a row group) x 4
+  // tokens, or 2 x 8 below. On Zen 4 (Batch8, 2 threads from DRAM, GOP/s) 4 x 4 beat 2 x 8, the
+  // best on Zen 5 before the sums were reduced four at a time (Zen 5 measured 2 x 8 slower again in
+  // session 54): q4 490-530 against 290-345, q8 380-390 against 300-345; 4 x 2, 5 x 4, 3 x 8 and
+  // 1 x 8 were slower on one core. With groups of 16 rows, 4-row tiles (each reading a quarter of
+  // every 1 KB) and 16-row tiles in 4-row sub-tiles were 7-30% slower in E4B batches of 8.
   const bool q4_format = w.format == WeightFormat::Q4;
-  if (prefetch_tuning().decode_streams > 0 && n <= std::min<int64_t>(kMaxStreamTokens, prefetch_tuning().quant_stream_tokens))
+  const int64_t stream_tokens = std::min<int64_t>(kMaxStreamTokens, prefetch_tuning().quant_stream_tokens);
+  if (prefetch_tuning().decode_streams > 0 && n <= stream_tokens)
     return q4_format ? in_streams<WeightFormat::Q4>(q4_decode, w, r0, r1, xq, xq_stride, n, y, y_stride)
                      : in_streams<WeightFormat::Q8>(q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
   if (n == 1) return tiled_matmul(q4_format ? q4_decode : q8_decode, w, r0, r1, xq, xq_stride, n, y, y_stride);
