@@ -90,8 +90,8 @@ struct PrefetchTuning {
   bool batch_into_l1 = false;  // batched tiles' next-group lines into L1 (else L2)
   // Bytes ahead of a batched BF16/F16 row-group tile's loads; 0: the next group at the same columns.
   int64_t float_batch_ahead = 0;
-  // A thread's VNNI decode of one token (up to quant_stream_tokens) reads its rows as this many
-  // row-group streams side by side, each prefetched decode_ahead / decode_streams bytes ahead;
+  // A thread's VNNI decode of one token (or of up to quant_stream_tokens) reads its rows as this
+  // many row-group streams side by side, each prefetched decode_ahead / decode_streams bytes ahead;
   // 0: its rows in order.
   int decode_streams = 0;
   // Bytes ahead of the one-token BF16/F16 streams' loads, into L1; 0: none.
