@@ -57,6 +57,26 @@ GenerationParams parse_generation_params(const json& body, const SamplingParams&
   if (const auto n = optional_integer(body, "n"); n && *n != 1)
     throw invalid_request("n", fmt::format("only n=1 is supported (one choice per request), got {}", *n));
 
+  // Fields clients expect to change the output are refused rather than dropped: a response that
+  // ignored them would look right and be wrong (a bias not applied, text that is not the JSON asked for).
+  if (const auto bias = body.find("logit_bias"); bias != body.end() && !bias->is_null()) {
+    if (!bias->is_object())
+      throw invalid_request("logit_bias",
+                            "'logit_bias' must be an object of token ids to biases, got " + json_kind(*bias));
+    if (!bias->empty())
+      throw invalid_request("logit_bias", "'logit_bias' is not supported (send it empty or leave it out)");
+  }
+  if (const auto format = body.find("response_format"); format != body.end() && !format->is_null()) {
+    const auto type = format->is_object() ? format->find("type") : format->end();
+    if (!format->is_object() || type == format->end() || !type->is_string())
+      throw invalid_request("response_format", "'response_format' must be an object with a string 'type'");
+    if (*type != "text")
+      throw invalid_request("response_format",
+                            fmt::format("response_format type '{}' is not supported: output is not constrained to a "
+                                        "format (only 'text')",
+                                        type->get<std::string>()));
+  }
+
   s.temperature = number_in(body, "temperature", 0.0, 2.0, false, s.temperature);
   s.top_p = number_in(body, "top_p", 0.0, 1.0, true, s.top_p);
   s.min_p = number_in(body, "min_p", 0.0, 1.0, false, s.min_p);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cctype>
 #include <optional>
 #include <thread>
 
@@ -42,6 +43,24 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+bool equal_ignoring_case(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+// A Content-Length value: decimal digits only (no sign, no spaces), at most 18 of them.
+std::optional<uint64_t> parse_content_length(const std::string& value) {
+  if (value.empty() || value.size() > 18) return std::nullopt;
+  uint64_t n = 0;
+  for (const char c : value) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + uint64_t(c - '0');
+  }
+  return n;
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -58,7 +77,12 @@ struct HttpServer::Impl {
 
   void check_api_key(const httplib::Request& req) const {
     if (options.api_key.empty()) return;
-    if (same_secret(req.get_header_value("Authorization"), "Bearer " + options.api_key)) return;
+    // "Bearer KEY", the scheme in any case (RFC 9110 11.1).
+    const std::string auth = req.get_header_value("Authorization");
+    const size_t space = auth.find(' ');
+    const bool bearer = space == 6 && equal_ignoring_case(std::string_view(auth).substr(0, 6), "bearer");
+    const size_t token = bearer ? auth.find_first_not_of(' ', space) : std::string::npos;
+    if (token != std::string::npos && same_secret(auth.substr(token), options.api_key)) return;
     throw ApiError(401, "invalid_request_error",
                    req.has_header("Authorization") ? "incorrect API key provided"
                                                    : "missing API key: send 'Authorization: Bearer KEY'",
@@ -85,11 +109,10 @@ struct HttpServer::Impl {
     res.set_content(c.metrics.render(c.model.engine.stats()), "text/plain; version=0.0.4; charset=utf-8");
   }
 
-  // Every route runs through here: authentication, readiness, and errors turned into OpenAI bodies.
+  // Every route runs through here: readiness, and errors turned into OpenAI bodies.
   void serve(const Route& route, const std::string& body, const httplib::Request& req, httplib::Response& res) {
     try {
-      const std::string path = route.pattern;
-      if (path != "/health") check_api_key(req);
+      const std::string path = route.pattern;  // the API key was checked before the body was read
       if (path == "/health") return health(res);
       if (path == "/metrics") return serve_metrics(res);
       route.handler(ready_context(), body, req, res);
@@ -113,31 +136,110 @@ struct HttpServer::Impl {
   httplib::Server::HandlerWithContentReader post_handler(const Route& route) {
     return [this, route](const httplib::Request& req, httplib::Response& res,
                          const httplib::ContentReader& content_reader) {
+      // cpp-httplib holds a Content-Length body to --max-body-bytes but not a chunked one: the
+      // reader stops taking pieces past the limit, and the rest is never read.
+      size_t received = 0;
+      bool too_large = false;
+      const auto within_limit = [&](size_t size) {
+        received += size;
+        too_large = received > options.max_body_bytes;
+        return !too_large;
+      };
       if (req.is_multipart_form_data()) {
         content_reader([](const httplib::MultipartFormData&) { return true; },
-                       [](const char*, size_t) { return true; });
+                       [&](const char*, size_t size) { return within_limit(size); });
+        if (too_large) return refuse_unread_body(res, body_too_large());
         return send_error(res, invalid_request({}, "the request body must be JSON, not multipart/form-data"));
       }
       std::string body;
-      // On failure (too large: 413, or a broken upload: 400) cpp-httplib has set the status.
-      if (!content_reader([&](const char* data, size_t size) {
-            body.append(data, size);
-            return true;
-          }))
-        return;
+      const bool read = content_reader([&](const char* data, size_t size) {
+        if (!within_limit(size)) return false;
+        body.append(data, size);
+        return true;
+      });
+      if (too_large) return refuse_unread_body(res, body_too_large());
+      if (!read) return;  // a broken upload: cpp-httplib has set 400 (or 413 for a Content-Length too large)
       serve(route, body, req, res);
     };
   }
 
-  httplib::Server::Handler method_not_allowed(const char* allowed) {
-    return [this, allowed](const httplib::Request& req, httplib::Response& res) {
-      if (req.path != "/health") {
-        try {
-          check_api_key(req);  // strangers learn nothing about the routes
-        } catch (const ApiError& e) {
-          return send_error(res, e);
-        }
+  ApiError body_too_large() const {
+    return ApiError(413, "invalid_request_error",
+                    fmt::format("the request body is larger than the server's limit of {} bytes (--max-body-bytes)",
+                                options.max_body_bytes),
+                    {}, "request_too_large");
+  }
+
+  // An answer sent before the request's body was read to its end: the connection closes, so that
+  // what is left of the body is not taken for the next request.
+  static void refuse_unread_body(httplib::Response& res, const ApiError& e) {
+    send_error(res, e);
+    res.set_header("Connection", "close");
+  }
+
+  // What can be refused from the request line and headers alone, before cpp-httplib reads the body
+  // (its pre-routing handler runs first). cpp-httplib 0.11 would otherwise read a body with neither
+  // length header until the client closes (30 s of read timeout for a plain `curl -X POST`), skip a
+  // too-large Content-Length body to its declared end, take a non-chunked Transfer-Encoding as
+  // "read until close", and read a whole body before its route refused the API key. Both length
+  // headers at once, or two different lengths, are refused as RFC 9112 6.3 asks of a server that
+  // may sit behind a proxy (request smuggling).
+  bool refused_before_body(const httplib::Request& req, httplib::Response& res) const {
+    const size_t encodings = req.get_header_value_count("Transfer-Encoding");
+    const size_t length_headers = req.get_header_value_count("Content-Length");
+    const bool chunked = encodings > 0;
+    if (encodings > 0) {
+      const std::string te = req.get_header_value("Transfer-Encoding");
+      if (encodings > 1 || !equal_ignoring_case(te, "chunked")) {
+        refuse_unread_body(res, ApiError(501, "invalid_request_error",
+                                         fmt::format("Transfer-Encoding '{}' is not supported (only chunked)", te), {},
+                                         "unsupported_transfer_encoding"));
+        return true;
       }
+      if (length_headers > 0) {
+        refuse_unread_body(res,
+                           invalid_request({}, "a request may not have both Content-Length and Transfer-Encoding"));
+        return true;
+      }
+    }
+    std::optional<uint64_t> length;
+    for (size_t i = 0; i < length_headers; ++i) {
+      const std::string value = req.get_header_value("Content-Length", i);
+      const std::optional<uint64_t> n = parse_content_length(value);
+      if (!n || (length && *length != *n)) {
+        refuse_unread_body(res, invalid_request({}, n ? "the request has two different Content-Length headers"
+                                                       : fmt::format("Content-Length '{}' is not a length", value)));
+        return true;
+      }
+      length = n;
+    }
+    if (length && *length > options.max_body_bytes) {
+      refuse_unread_body(res, body_too_large());
+      return true;
+    }
+    const bool takes_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH";
+    if (takes_body && !length && !chunked) {  // no body follows, so the connection stays in step
+      send_error(res, ApiError(411, "invalid_request_error",
+                               fmt::format("a {} request needs a body with Content-Length (or Transfer-Encoding: "
+                                           "chunked)",
+                                           req.method),
+                               {}, "length_required"));
+      return true;
+    }
+    if (req.path != "/health") {
+      try {
+        check_api_key(req);  // before any body is read; strangers learn nothing about the routes
+      } catch (const ApiError& e) {
+        if (chunked || length.value_or(0) > 0) refuse_unread_body(res, e);
+        else send_error(res, e);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  httplib::Server::Handler method_not_allowed(const char* allowed) {
+    return [allowed](const httplib::Request& req, httplib::Response& res) {
       res.set_header("Allow", allowed);
       send_error(res, ApiError(405, "invalid_request_error",
                                fmt::format("{} does not take {} (use {})", req.path, req.method, allowed), {},
@@ -172,9 +274,10 @@ struct HttpServer::Impl {
       http.Options(route.pattern, refuse);
     }
 
-    http.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       request_log_begin();
-      return httplib::Server::HandlerResponse::Unhandled;
+      return refused_before_body(req, res) ? httplib::Server::HandlerResponse::Handled
+                                           : httplib::Server::HandlerResponse::Unhandled;
     });
     // Statuses cpp-httplib sets itself (no route, body too large, malformed request) get an OpenAI body.
     http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
@@ -186,9 +289,9 @@ struct HttpServer::Impl {
         message = fmt::format("no route {} {} (see docs/server.md for the routes)", req.method, req.path);
         code = "not_found";
       } else if (res.status == 413) {
-        message = fmt::format("the request body is larger than the server's limit of {} bytes (--max-body-bytes)",
-                              options.max_body_bytes);
-        code = "request_too_large";
+        const ApiError e = body_too_large();
+        message = e.what();
+        code = e.code;
       } else if (res.status == 400) {
         message = "malformed HTTP request";
       }

@@ -92,6 +92,12 @@ json parse_json_object_body(std::string_view body, int max_depth) {
     const size_t cut = what.find("] ");
     if (cut != std::string::npos) what = what.substr(cut + 2);
     throw invalid_request({}, "the request body is not valid JSON: " + what);
+  } catch (const json::out_of_range& e) {
+    // A number beyond float range (1e400): nlohmann refuses it while parsing, as JSON allows.
+    std::string what = e.what();
+    const size_t cut = what.find("] ");
+    if (cut != std::string::npos) what = what.substr(cut + 2);
+    throw invalid_request({}, "the request body holds a number out of range: " + what);
   }
   if (!value.is_object()) throw invalid_request({}, "the request body must be a JSON object, got " + json_kind(value));
   return value;

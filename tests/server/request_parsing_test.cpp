@@ -106,6 +106,10 @@ TEST(GenerationParams, RefusesOutOfRangeAndWrongTypes) {
   expect_refused(R"({"stream": "yes"})", "stream");
   expect_refused(R"({"stream_options": {"include_usage": true}})", "stream_options");
   expect_refused(R"({"stream": true, "stream_options": 1})", "stream_options");
+  expect_refused(R"({"logit_bias": {"5": 10}})", "logit_bias");
+  expect_refused(R"({"logit_bias": "x"})", "logit_bias");
+  expect_refused(R"({"response_format": {"type": "json_object"}})", "response_format");
+  expect_refused(R"({"response_format": {}})", "response_format");
 }
 
 TEST(GenerationParams, ModelNameMustMatchWhenGiven) {
@@ -179,6 +183,7 @@ TEST(JsonBody, RefusesWhatIsNotAUtf8JsonObject) {
                                 std::string("{\"a\": \"\xED\xA0\x80\"}"),  // surrogate
                                 std::string("{\"a\": \"\xF4\x90\x80\x80\"}"),  // past U+10FFFF
                                 std::string("{\"a\": 1"), std::string("[1]"), std::string("\"x\""),
+                                std::string("{\"a\": 1e400}"), std::string("{\"a\": [-1e999]}"),  // past float range
                                 std::string(1000, '[') + std::string(1000, ']')}) {
     SCOPED_TRACE(bad);
     try {

@@ -40,6 +40,15 @@ TEST(ServerLifecycle, ApiKeyGuardsEveryRouteButHealth) {
   EXPECT_EQ(bad.status, 401);
   const auto good = test::curl("-H 'Authorization: Bearer s3cret' " + test::shell_quote(server.base_url() + "/v1/models"));
   EXPECT_EQ(good.status, 200);
+  const auto lower = test::curl("-H 'Authorization: bearer s3cret' " + test::shell_quote(server.base_url() + "/v1/models"));
+  EXPECT_EQ(lower.status, 200) << "the scheme's name is case-insensitive";
+  // The key is checked before a body is read: a stranger's 17 MiB upload (past the 16 MiB limit,
+  // chunked, which cpp-httplib would read whole) is refused for its key, not read for its size.
+  test::TempDir tmp;
+  test::write_file(tmp.file("huge.json"), std::string(17 << 20, ' '));
+  const auto upload = test::curl("-m 10 -H 'Transfer-Encoding: chunked' --data-binary @" + tmp.file("huge.json") + " " +
+                                 test::shell_quote(server.base_url() + "/v1/chat/completions"));
+  EXPECT_EQ(upload.status, 401) << upload.body;
 
   const json r = test::run_client_check("auth", server, "m", "s3cret");
   EXPECT_EQ(r["wrong"]["status"], 401);

@@ -268,7 +268,68 @@ TEST_F(OpenAIServer, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
   expect_error(url("/v1/models") + " -d '{}'", 405, "method_not_allowed");
   expect_error(url("/generate") + " -d '{\"prompt\": \"x\", \"temperature\": -1}'", 400);
   expect_error(url("/detokenize") + " -d '{\"tokens\": [-4]}'", 400);
+  expect_error(url("/v1/chat/completions") +
+                   " -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"temperature\": 1e400}'",
+               400);
   EXPECT_EQ(test::curl(url("/health")).status, 200);
+}
+
+// What the request line and headers already refuse is answered before the body is read: a chunked
+// body past --max-body-bytes (which cpp-httplib does not hold to it), a body with no length at all
+// (which it would read until the client hangs up), a declared length past the limit (which it would
+// skip to its end), and framing a proxy could read otherwise. `-m 10`: a reply that waits on the
+// body fails here instead of after cpp-httplib's 30 s read timeout.
+TEST_F(OpenAIServer, RequestFramingIsCheckedBeforeTheBody) {
+  test::TempDir tmp;
+  test::write_file(tmp.file("huge.json"), std::string(17 << 20, ' '));
+  const std::string completions = "-m 10 " + url("/v1/completions");
+  auto expect_error = [&](const std::string& args, int status, const std::string& code) {
+    SCOPED_TRACE(args);
+    const auto reply = test::curl(args);
+    EXPECT_EQ(reply.status, status) << reply.body;
+    const json body = json::parse(reply.body, nullptr, false);
+    ASSERT_TRUE(body.is_object() && body.contains("error")) << reply.body;
+    EXPECT_EQ(body["error"]["code"], code.empty() ? json(nullptr) : json(code));
+  };
+  expect_error(completions + " -H 'Transfer-Encoding: chunked' --data-binary @" + tmp.file("huge.json"), 413,
+               "request_too_large");
+  expect_error(completions + " -X POST", 411, "length_required");
+  expect_error(completions + " -H 'Content-Length: 99999999999' --data-binary '{}'", 413, "request_too_large");
+  expect_error(completions + " -H 'Content-Length: -5' --data-binary '{}'", 400, "");
+  expect_error(completions + " -H 'Content-Length: 2' -H 'Content-Length: 3' --data-binary '{}'", 400, "");
+  expect_error(completions + " -H 'Content-Length: 2' -H 'Transfer-Encoding: chunked' --data-binary '{}'", 400, "");
+  expect_error(completions + " -H 'Transfer-Encoding: gzip' --data-binary '{}'", 501, "unsupported_transfer_encoding");
+
+  // A chunked body within the limit is read as any other.
+  const auto chunked = test::curl(completions + " -H 'Transfer-Encoding: chunked' -d " +
+                                  test::shell_quote(R"({"prompt": "Hello", "max_tokens": 2})"));
+  EXPECT_EQ(chunked.status, 200) << chunked.body;
+  EXPECT_EQ(chunked.json()["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(test::curl(url("/health")).status, 200);
+}
+
+// Fields that would change the output are refused, not dropped; their neutral values are accepted.
+TEST_F(OpenAIServer, UnsupportedOutputControlsAreRefused) {
+  auto post = [&](const std::string& body) {
+    return test::curl(url("/v1/completions") + " -d " + test::shell_quote(body));
+  };
+  for (const char* body : {R"({"prompt": "Hi", "max_tokens": 1, "logit_bias": {"5": 10}})",
+                           R"({"prompt": "Hi", "max_tokens": 1, "logit_bias": [1]})"}) {
+    SCOPED_TRACE(body);
+    const auto reply = post(body);
+    EXPECT_EQ(reply.status, 400) << reply.body;
+    EXPECT_EQ(reply.json()["error"]["param"], "logit_bias");
+  }
+  for (const char* body : {R"({"prompt": "Hi", "max_tokens": 1, "response_format": {"type": "json_object"}})",
+                           R"({"prompt": "Hi", "max_tokens": 1, "response_format": "json"})"}) {
+    SCOPED_TRACE(body);
+    const auto reply = post(body);
+    EXPECT_EQ(reply.status, 400) << reply.body;
+    EXPECT_EQ(reply.json()["error"]["param"], "response_format");
+  }
+  const auto neutral =
+      post(R"({"prompt": "Hi", "max_tokens": 1, "logit_bias": {}, "response_format": {"type": "text"}})");
+  EXPECT_EQ(neutral.status, 200) << neutral.body;
 }
 
 // 16 simultaneous streams, a third of them aborted mid-stream: the rest finish, each equal to the same
