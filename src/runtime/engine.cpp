@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <utility>
 
 #include "core/error.h"
@@ -225,12 +226,15 @@ void Engine::step() {
   released_.clear();
   // With tensor parallelism, each rank sends only its largest logits per row to sampling: enough
   // for greedy (1), for top-k (k) and for the top log-probabilities; sampling without top-k looks
-  // at the best kWideCandidates per rank.
+  // at the best kWideCandidates per rank. A request whose biases or penalties change the row gets
+  // whole rows: any token may end up first once they apply.
   constexpr int kWideCandidates = 1024;
   for (size_t i = 0; i < planned.size(); ++i) {
     if (plan_.sequences[i].logit_rows == 0) continue;
     const SamplingParams& p = requests_.at(planned[i]->id)->sampling;
-    const int wanted = p.greedy() ? 1 : (p.top_k > 0 ? p.top_k : kWideCandidates);
+    const int wanted = p.adjusts_logits() ? std::numeric_limits<int>::max()
+                       : p.greedy()       ? 1
+                                          : (p.top_k > 0 ? p.top_k : kWideCandidates);
     plan_.candidates = std::max({plan_.candidates, wanted, p.logprobs ? p.top_logprobs : 0});
     if (p.logprobs) plan_.need_log_normalizers = 1;
   }

@@ -135,11 +135,11 @@ Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt) 
   if (params.repetition_penalty != 1.0f) penalized_.assign(prompt.begin(), prompt.end());
 }
 
-bool Sampler::penalizes() const {
-  return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
-}
-
-void Sampler::apply_penalties(std::span<float> logits) const {
+void Sampler::apply_bias_and_penalties(std::span<float> logits) const {
+  // The bias first, to the logits the model produced (as OpenAI describes it); ids past the
+  // row were refused with the request.
+  for (const auto& [t, bias] : params_.logit_bias)
+    if (t >= 0 && size_t(t) < logits.size()) logits[size_t(t)] += bias;
   if (params_.repetition_penalty != 1.0f) {
     // HF: divide positive logits, multiply negative ones, once per distinct token seen.
     std::vector<int32_t> seen(penalized_);
@@ -230,9 +230,9 @@ SampledToken Sampler::sample(std::span<const float> logits, std::optional<double
     for (int32_t id : order_) out.top.push_back({id, float(logits[size_t(id)] - normalizer)});
   }
   std::span<const float> warped = logits;
-  if (penalizes()) {
+  if (params_.adjusts_logits()) {
     penalized_logits_.assign(logits.begin(), logits.end());
-    apply_penalties(penalized_logits_);
+    apply_bias_and_penalties(penalized_logits_);
     warped = penalized_logits_;
   }
   out.token = params_.greedy() ? argmax(warped, maxima_) : sample_warped(warped);

@@ -8,6 +8,7 @@
 #include <random>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace tandem {
@@ -23,8 +24,15 @@ struct SamplingParams {
   std::optional<uint64_t> seed;
   int top_logprobs = 0;       // alternatives to report per token (with logprobs on)
   bool logprobs = false;
+  // OpenAI's logit_bias: (token id, bias) pairs added to the model's logits before the penalties.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   bool greedy() const { return temperature <= 0.0f; }
+  // Whether the row is changed before the warpers (penalties or biases): a tensor-parallel step then
+  // gathers whole rows, since any token may become a candidate.
+  bool adjusts_logits() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f || !logit_bias.empty();
+  }
 };
 
 struct TokenLogprob {
@@ -59,14 +67,13 @@ class Sampler {
 
   // `logits` is the full vocabulary row, read where it lies (the model's own output: a copy per
   // sequence and step cost E4B decode ~0.15 ms a token); entries of -inf are tokens that can't be
-  // chosen. Penalties apply to the sampler's own copy, made only when one is on. `log_normalizer`
+  // chosen. Biases and penalties apply to the sampler's own copy, made only when one is on. `log_normalizer`
   // (log-sum-exp of the model's logits) is computed from the row when not given. Records the
   // token it returns.
   SampledToken sample(std::span<const float> logits, std::optional<double> log_normalizer = std::nullopt);
 
  private:
-  bool penalizes() const;
-  void apply_penalties(std::span<float> logits) const;
+  void apply_bias_and_penalties(std::span<float> logits) const;
   int32_t sample_warped(std::span<const float> logits);  // temperature > 0
   SamplingParams params_;
   std::mt19937_64 rng_;
@@ -76,7 +83,7 @@ class Sampler {
   std::vector<uint64_t> warp_keys_;  // scratch: the warpers' order over a whole vocabulary
   std::vector<float> weights_;      // scratch: exp(logit / T - max) by token id
   std::vector<float> maxima_;       // scratch: the logits' maxima per block of ids (top-k)
-  std::vector<float> penalized_logits_;  // scratch: the row with penalties applied
+  std::vector<float> penalized_logits_;  // scratch: the row with biases and penalties applied
 };
 
 }  // namespace tandem

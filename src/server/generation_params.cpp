@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
+
 #include "server/api_error.h"
 #include "server/json_fields.h"
 
@@ -57,15 +60,24 @@ GenerationParams parse_generation_params(const json& body, const SamplingParams&
   if (const auto n = optional_integer(body, "n"); n && *n != 1)
     throw invalid_request("n", fmt::format("only n=1 is supported (one choice per request), got {}", *n));
 
-  // Fields clients expect to change the output are refused rather than dropped: a response that
-  // ignored them would look right and be wrong (a bias not applied, text that is not the JSON asked for).
+  // OpenAI's logit_bias: {"token id": bias in [-100, 100]}; ids are checked against the vocabulary
+  // with the prompt's (GenerationStream).
   if (const auto bias = body.find("logit_bias"); bias != body.end() && !bias->is_null()) {
     if (!bias->is_object())
       throw invalid_request("logit_bias",
                             "'logit_bias' must be an object of token ids to biases, got " + json_kind(*bias));
-    if (!bias->empty())
-      throw invalid_request("logit_bias", "'logit_bias' is not supported (send it empty or leave it out)");
+    for (const auto& [key, value] : bias->items()) {
+      int32_t id = -1;
+      const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (error != std::errc() || end != key.data() + key.size() || id < 0)
+        throw invalid_request("logit_bias", fmt::format("logit_bias key '{}' is not a token id", key));
+      if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0))
+        throw invalid_request("logit_bias", fmt::format("the bias of token {} must be a number in [-100, 100]", id));
+      s.logit_bias.emplace_back(id, value.get<float>());
+    }
+    std::sort(s.logit_bias.begin(), s.logit_bias.end());  // by id (JSON keys come in text order)
   }
+  // A format the output is not held to would look right and be wrong: refused rather than dropped.
   if (const auto format = body.find("response_format"); format != body.end() && !format->is_null()) {
     const auto type = format->is_object() ? format->find("type") : format->end();
     if (!format->is_object() || type == format->end() || !type->is_string())

@@ -81,6 +81,10 @@ GenerationStream::GenerationStream(const RouteContext& context, GenerationJob jo
     if (t < 0 || t >= context.model.tokenizer.vocab_size())
       throw invalid_request(job.prompt_param, fmt::format("token id {} is outside the vocabulary (0..{})", t,
                                                           context.model.tokenizer.vocab_size() - 1));
+  for (const auto& [t, bias] : job.params.sampling.logit_bias)
+    if (t >= context.model.tokenizer.vocab_size())
+      throw invalid_request("logit_bias", fmt::format("logit_bias token id {} is outside the vocabulary (0..{})", t,
+                                                      context.model.tokenizer.vocab_size() - 1));
   queue_->metrics = &context.metrics;
   queue_->arrival = job.arrival;
 

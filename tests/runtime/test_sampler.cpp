@@ -270,6 +270,30 @@ TEST(Sampler, PenaltiesPushAwayRepeatedTokens) {
   EXPECT_EQ(s.sample(l).token, 4);
 }
 
+TEST(Sampler, LogitBiasIsAddedBeforeThePenalties) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.logit_bias = {{0, 2.1f}};  // token 0: 1.0 -> 3.1, above token 1 (3.0)
+  EXPECT_EQ(sample_once(p, row(), {}), 0);
+  p.logit_bias = {{1, -100.0f}, {4, -100.0f}};  // the two best (3.0, 2.5) pushed out: token 2 (2.0)
+  EXPECT_EQ(sample_once(p, row(), {}), 2);
+  // Token 1 in the prompt, +5 and a repetition penalty of 4: biased first, (3 + 5) / 4 = 2.0 loses
+  // to token 4 (2.5); penalized first, 3 / 4 + 5 = 5.75 would win.
+  p.logit_bias = {{1, 5.0f}};
+  p.repetition_penalty = 4.0f;
+  EXPECT_EQ(sample_once(p, row(), {1}), 4);
+  // Sampling draws from the biased row: -100 on every token but one leaves only that one.
+  SamplingParams warm;
+  warm.temperature = 1.0f;
+  warm.seed = 7;
+  for (int32_t t = 0; t < int32_t(row().size()); ++t)
+    if (t != 3) warm.logit_bias.emplace_back(t, -100.0f);
+  Sampler s(warm, {});
+  const std::vector<float> l = row();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(s.sample(l).token, 3);
+  EXPECT_EQ(l, row());  // the model's row is not changed
+}
+
 TEST(Sampler, LogprobsDescribeTheModelDistribution) {
   SamplingParams p;
   p.temperature = 0;

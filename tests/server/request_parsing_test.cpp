@@ -74,6 +74,8 @@ TEST(GenerationParams, ReadsEveryField) {
   EXPECT_EQ(parse(R"({"top_k": -1})").sampling.top_k, 0);
   EXPECT_EQ(parse(R"({"max_tokens": 3.0})").max_tokens, 3);
   EXPECT_EQ(parse(R"({"temperature": null})").sampling.temperature, 1.0f);
+  const auto bias = parse(R"({"logit_bias": {"7": -100, "12": 2.5}})").sampling.logit_bias;
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{7, -100.0f}, {12, 2.5f}}));
 }
 
 TEST(GenerationParams, MaxCompletionTokensWinsOverMaxTokens) {
@@ -106,7 +108,10 @@ TEST(GenerationParams, RefusesOutOfRangeAndWrongTypes) {
   expect_refused(R"({"stream": "yes"})", "stream");
   expect_refused(R"({"stream_options": {"include_usage": true}})", "stream_options");
   expect_refused(R"({"stream": true, "stream_options": 1})", "stream_options");
-  expect_refused(R"({"logit_bias": {"5": 10}})", "logit_bias");
+  expect_refused(R"({"logit_bias": {"5": 101}})", "logit_bias");
+  expect_refused(R"({"logit_bias": {"5": "up"}})", "logit_bias");
+  expect_refused(R"({"logit_bias": {"five": 1}})", "logit_bias");
+  expect_refused(R"({"logit_bias": {"-1": 1}})", "logit_bias");
   expect_refused(R"({"logit_bias": "x"})", "logit_bias");
   expect_refused(R"({"response_format": {"type": "json_object"}})", "response_format");
   expect_refused(R"({"response_format": {}})", "response_format");

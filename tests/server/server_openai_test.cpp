@@ -308,28 +308,47 @@ TEST_F(OpenAIServer, RequestFramingIsCheckedBeforeTheBody) {
   EXPECT_EQ(test::curl(url("/health")).status, 200);
 }
 
-// Fields that would change the output are refused, not dropped; their neutral values are accepted.
-TEST_F(OpenAIServer, UnsupportedOutputControlsAreRefused) {
-  auto post = [&](const std::string& body) {
-    return test::curl(url("/v1/completions") + " -d " + test::shell_quote(body));
-  };
-  for (const char* body : {R"({"prompt": "Hi", "max_tokens": 1, "logit_bias": {"5": 10}})",
-                           R"({"prompt": "Hi", "max_tokens": 1, "logit_bias": [1]})"}) {
-    SCOPED_TRACE(body);
-    const auto reply = post(body);
-    EXPECT_EQ(reply.status, 400) << reply.body;
-    EXPECT_EQ(reply.json()["error"]["param"], "logit_bias");
+// logit_bias moves greedy output (a +100 bias makes one token every token); ids outside the
+// vocabulary and biases outside [-100, 100] are refused. response_format is refused unless it is
+// "text": the output is not constrained, and a request for JSON should not get prose back.
+TEST_F(OpenAIServer, LogitBiasAppliesAndResponseFormatIsRefused) {
+  auto post = [&](const json& body) { return test::curl(url("/v1/completions") + " -d " + test::shell_quote(body.dump())); };
+  const json base = {{"prompt", "Hello"}, {"max_tokens", 4}, {"temperature", 0}};
+  const auto plain = post(base);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const int32_t forced = 1000;
+  json biased = base;
+  biased["logit_bias"] = {{std::to_string(forced), 100}};
+  const auto reply = post(biased);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const auto forced_text = test::curl(url("/detokenize") + " -d " +
+                                     test::shell_quote(json{{"tokens", {forced, forced, forced, forced}}}.dump()));
+  ASSERT_EQ(forced_text.status, 200) << forced_text.body;
+  EXPECT_EQ(reply.json()["choices"][0]["text"], forced_text.json()["prompt"]);
+  EXPECT_NE(plain.json()["choices"][0]["text"], reply.json()["choices"][0]["text"]);
+
+  for (const json& bad : {json{{"1000", 101}}, json{{"x", 1}}, json{{"-3", 1}}, json{{"262144", 1}}, json::array({1})}) {
+    SCOPED_TRACE(bad.dump());
+    json body = base;
+    body["logit_bias"] = bad;
+    const auto refused = post(body);
+    EXPECT_EQ(refused.status, 400) << refused.body;
+    EXPECT_EQ(refused.json()["error"]["param"], "logit_bias");
   }
-  for (const char* body : {R"({"prompt": "Hi", "max_tokens": 1, "response_format": {"type": "json_object"}})",
-                           R"({"prompt": "Hi", "max_tokens": 1, "response_format": "json"})"}) {
-    SCOPED_TRACE(body);
-    const auto reply = post(body);
-    EXPECT_EQ(reply.status, 400) << reply.body;
-    EXPECT_EQ(reply.json()["error"]["param"], "response_format");
+  for (const json& format : {json{{"type", "json_object"}}, json("json")}) {
+    SCOPED_TRACE(format.dump());
+    json body = base;
+    body["response_format"] = format;
+    const auto refused = post(body);
+    EXPECT_EQ(refused.status, 400) << refused.body;
+    EXPECT_EQ(refused.json()["error"]["param"], "response_format");
   }
-  const auto neutral =
-      post(R"({"prompt": "Hi", "max_tokens": 1, "logit_bias": {}, "response_format": {"type": "text"}})");
-  EXPECT_EQ(neutral.status, 200) << neutral.body;
+  json neutral = base;
+  neutral["logit_bias"] = json::object();
+  neutral["response_format"] = {{"type", "text"}};
+  const auto same = post(neutral);
+  EXPECT_EQ(same.status, 200) << same.body;
+  EXPECT_EQ(same.json()["choices"][0]["text"], plain.json()["choices"][0]["text"]);
 }
 
 // 16 simultaneous streams, a third of them aborted mid-stream: the rest finish, each equal to the same

@@ -26,6 +26,23 @@ std::string answer(const ServerProcess& server, const std::string& text, int max
   return r.status == 200 ? r.json()["choices"][0]["message"]["content"].get<std::string>() : std::string();
 }
 
+// Greedy answers whose rows a bias or a penalty changes: under TP the ranks then send whole rows (any
+// token may come first once they apply), so these match one rank's. A +100 bias on token 1000 makes it
+// every answer token on one rank; with each rank's best logit alone it would never be seen.
+std::vector<std::string> adjusted_answers(const ServerProcess& server, const std::string& text) {
+  std::vector<std::string> out;
+  for (const json& extra : {json{{"logit_bias", {{"1000", 100}}}}, json{{"repetition_penalty", 3.0}},
+                            json{{"frequency_penalty", 1.5}, {"logit_bias", {{"1000", -100}}}}}) {
+    json body = json::parse(chat_body(text, 6));
+    body.update(extra);
+    const HttpReply r = curl("-X POST " + server.base_url() +
+                             "/v1/chat/completions -H 'content-type: application/json' -d " + shell_quote(body.dump()));
+    EXPECT_EQ(r.status, 200) << r.body;
+    out.push_back(r.status == 200 ? r.json()["choices"][0]["message"]["content"].get<std::string>() : std::string());
+  }
+  return out;
+}
+
 // The top_logprobs lists of a short greedy answer: under TP each rank sends its best candidates
 // and the log-sum-exp of its slice, which rank 0 merges.
 json top_logprobs(const ServerProcess& server, const std::string& text) {
@@ -77,11 +94,13 @@ TEST(ServerTensorParallel, TwoRanksAnswerLikeOne) {
 
   std::vector<std::string> single;
   json single_logprobs;
+  std::vector<std::string> single_adjusted;
   {
     ServerProcess server;
     server.start(model, {"--threads", "1", "--kv-memory", "512MiB"});
     for (const auto& p : prompts) single.push_back(answer(server, p, 12));
     single_logprobs = top_logprobs(server, prompts[1]);
+    single_adjusted = adjusted_answers(server, prompts[0]);
     EXPECT_EQ(server.stop(SIGTERM), 0);
   }
   std::vector<std::string> launcher = {"mpirun", "--oversubscribe", "-np", "2"};
@@ -90,6 +109,7 @@ TEST(ServerTensorParallel, TwoRanksAnswerLikeOne) {
   server.start(model, {"--threads", "1", "--kv-memory", "512MiB"}, 180, launcher);
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(answer(server, prompts[i], 12), single[i]) << prompts[i];
   expect_same_logprobs(single_logprobs, top_logprobs(server, prompts[1]));
+  EXPECT_EQ(adjusted_answers(server, prompts[0]), single_adjusted);
   // Concurrent requests are batched into the same steps on both ranks.
   std::vector<std::future<std::string>> together;
   for (const auto& p : prompts) together.push_back(std::async(std::launch::async, [&, p] { return answer(server, p, 12); }));
