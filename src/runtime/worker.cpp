@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "core/error.h"
 #include "runtime/sampler.h"
@@ -75,7 +76,12 @@ std::span<const float> Worker::full_logits(int candidates, bool with_normalizers
     const double stats[2] = {e.max, e.sum};
     uint8_t* out = packed_.data() + size_t(r) * row_bytes;
     std::memcpy(out, stats, sizeof stats);
-    top_k_order(std::span(logits, size_t(local)), size_t(c), maxima_, order_);
+    if (c < local) {
+      top_k_order(std::span(logits, size_t(local)), size_t(c), maxima_, order_);
+    } else {  // the whole slice (a request with biases or penalties): the merge needs no order
+      order_.resize(size_t(local));
+      std::iota(order_.begin(), order_.end(), 0);
+    }
     for (int i = 0; i < c; ++i) {
       const int32_t id = order_[size_t(std::min(i, int(order_.size()) - 1))];  // c <= local: there are c
       const Candidate cand{int32_t(model_->vocab_first() + id), logits[id]};

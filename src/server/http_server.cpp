@@ -131,35 +131,38 @@ struct HttpServer::Impl {
     return [this, route](const httplib::Request& req, httplib::Response& res) { serve(route, {}, req, res); };
   }
 
+  // Every request with a body comes through here: POST to a route reads it (and only it into
+  // memory, up to --max-body-bytes); every other method and path drains it. cpp-httplib 0.11 cannot
+  // close a connection from a handler, so a refusal reads the body to its end first (discarding it)
+  // and the connection stays in step: what follows is the client's next request, never a leftover
+  // piece of this one taken for a request (request smuggling, behind a proxy). Before this,
+  // cpp-httplib read a chunked body whole into memory past the limit (a 1 GB upload grew a server
+  // from 0.5 to 4.5 GB), and the API key was checked only after that.
   // POST bodies are read here rather than by cpp-httplib, which would refuse bodies over 8 KiB sent
   // as application/x-www-form-urlencoded (what `curl -d` sends) and parse them as forms.
-  httplib::Server::HandlerWithContentReader post_handler(const Route& route) {
-    return [this, route](const httplib::Request& req, httplib::Response& res,
-                         const httplib::ContentReader& content_reader) {
-      // cpp-httplib holds a Content-Length body to --max-body-bytes but not a chunked one: the
-      // reader stops taking pieces past the limit, and the rest is never read.
+  httplib::Server::HandlerWithContentReader body_handler(std::optional<Route> route, const char* allowed) {
+    return [this, route, allowed](const httplib::Request& req, httplib::Response& res,
+                                  const httplib::ContentReader& content_reader) {
       size_t received = 0;
-      bool too_large = false;
-      const auto within_limit = [&](size_t size) {
-        received += size;
-        too_large = received > options.max_body_bytes;
-        return !too_large;
-      };
-      if (req.is_multipart_form_data()) {
-        content_reader([](const httplib::MultipartFormData&) { return true; },
-                       [&](const char*, size_t size) { return within_limit(size); });
-        if (too_large) return refuse_unread_body(res, body_too_large());
-        return send_error(res, invalid_request({}, "the request body must be JSON, not multipart/form-data"));
-      }
       std::string body;
-      const bool read = content_reader([&](const char* data, size_t size) {
-        if (!within_limit(size)) return false;
-        body.append(data, size);
-        return true;
-      });
-      if (too_large) return refuse_unread_body(res, body_too_large());
-      if (!read) return;  // a broken upload: cpp-httplib has set 400 (or 413 for a Content-Length too large)
-      serve(route, body, req, res);
+      const bool keep = route && !allowed && !refusal_before_reading(req) && !req.is_multipart_form_data();
+      const auto take = [&](const char* data, size_t size) {
+        received += size;
+        if (keep && received <= options.max_body_bytes) body.append(data, size);
+        return true;  // past the limit (or refused), read on and drop
+      };
+      const bool read = req.is_multipart_form_data()
+                            ? content_reader([](const httplib::MultipartFormData&) { return true; },
+                                             [&](const char* data, size_t size) { return take(data, size); })
+                            : content_reader(take);
+      if (const std::optional<ApiError> refusal = refusal_before_reading(req)) return send_error(res, *refusal);
+      if (!read) return;  // cpp-httplib has set the status: 413 for a Content-Length over the limit, else 400
+      if (!route) return send_error(res, no_route(req));
+      if (allowed) return send_error(res, method_not_allowed(req, allowed));
+      if (received > options.max_body_bytes) return send_error(res, body_too_large());
+      if (req.is_multipart_form_data())
+        return send_error(res, invalid_request({}, "the request body must be JSON, not multipart/form-data"));
+      serve(*route, body, req, res);
     };
   }
 
@@ -170,55 +173,63 @@ struct HttpServer::Impl {
                     {}, "request_too_large");
   }
 
-  // An answer sent before the request's body was read to its end: the connection closes, so that
-  // what is left of the body is not taken for the next request.
-  static void refuse_unread_body(httplib::Response& res, const ApiError& e) {
-    send_error(res, e);
-    res.set_header("Connection", "close");
+  static ApiError no_route(const httplib::Request& req) {
+    return ApiError(404, "invalid_request_error",
+                    fmt::format("no route {} {} (see docs/server.md for the routes)", req.method, req.path), {},
+                    "not_found");
   }
 
-  // What can be refused from the request line and headers alone, before cpp-httplib reads the body
-  // (its pre-routing handler runs first). cpp-httplib 0.11 would otherwise read a body with neither
-  // length header until the client closes (30 s of read timeout for a plain `curl -X POST`), skip a
-  // too-large Content-Length body to its declared end, take a non-chunked Transfer-Encoding as
-  // "read until close", and read a whole body before its route refused the API key. Both length
-  // headers at once, or two different lengths, are refused as RFC 9112 6.3 asks of a server that
-  // may sit behind a proxy (request smuggling).
-  bool refused_before_body(const httplib::Request& req, httplib::Response& res) const {
+  static ApiError method_not_allowed(const httplib::Request& req, const char* allowed) {
+    return ApiError(405, "invalid_request_error",
+                    fmt::format("{} does not take {} (use {})", req.path, req.method, allowed), {},
+                    "method_not_allowed");
+  }
+
+  // What refuses a request whatever its body holds: framing that RFC 9112 6.1-6.3 tells a server to
+  // refuse (a proxy could read it otherwise), and a missing or wrong API key. Checked before the body
+  // is read; the refusal is sent after it, once it is drained.
+  std::optional<ApiError> refusal_before_reading(const httplib::Request& req) const {
     const size_t encodings = req.get_header_value_count("Transfer-Encoding");
     const size_t length_headers = req.get_header_value_count("Content-Length");
-    const bool chunked = encodings > 0;
-    if (encodings > 0) {
-      const std::string te = req.get_header_value("Transfer-Encoding");
-      if (encodings > 1 || !equal_ignoring_case(te, "chunked")) {
-        refuse_unread_body(res, ApiError(501, "invalid_request_error",
-                                         fmt::format("Transfer-Encoding '{}' is not supported (only chunked)", te), {},
-                                         "unsupported_transfer_encoding"));
-        return true;
-      }
-      if (length_headers > 0) {
-        refuse_unread_body(res,
-                           invalid_request({}, "a request may not have both Content-Length and Transfer-Encoding"));
-        return true;
+    if (encodings > 1 || (encodings == 1 && !equal_ignoring_case(req.get_header_value("Transfer-Encoding"), "chunked")))
+      return ApiError(501, "invalid_request_error",
+                      fmt::format("Transfer-Encoding '{}' is not supported (only chunked)",
+                                  req.get_header_value("Transfer-Encoding")),
+                      {}, "unsupported_transfer_encoding");
+    if (encodings > 0 && length_headers > 0)
+      return invalid_request({}, "a request may not have both Content-Length and Transfer-Encoding");
+    for (size_t i = 1; i < length_headers; ++i)
+      if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length", 0))
+        return invalid_request({}, "the request has two different Content-Length headers");
+    if (req.path != "/health") {
+      try {
+        check_api_key(req);  // strangers learn nothing about the routes
+      } catch (const ApiError& e) {
+        return e;
       }
     }
-    std::optional<uint64_t> length;
-    for (size_t i = 0; i < length_headers; ++i) {
-      const std::string value = req.get_header_value("Content-Length", i);
-      const std::optional<uint64_t> n = parse_content_length(value);
-      if (!n || (length && *length != *n)) {
-        refuse_unread_body(res, invalid_request({}, n ? "the request has two different Content-Length headers"
-                                                       : fmt::format("Content-Length '{}' is not a length", value)));
-        return true;
-      }
-      length = n;
+    return std::nullopt;
+  }
+
+  // Requests whose headers already settle the answer and that carry no body (GET and the like, or
+  // a POST with neither length header, which cpp-httplib would read until the client hung up: a
+  // bare `curl -X POST` waited 30 s). Those with a body go to body_handler.
+  bool answered_without_body(const httplib::Request& req, httplib::Response& res) const {
+    if (req.method == "PRI") {  // an HTTP/2 preface: not served, and its body would be read whole
+      send_error(res, invalid_request({}, "HTTP/2 is not served (use HTTP/1.1)"));
+      return true;
     }
-    if (length && *length > options.max_body_bytes) {
-      refuse_unread_body(res, body_too_large());
+    const bool chunked = req.has_header("Transfer-Encoding");
+    const bool has_length = req.has_header("Content-Length");
+    // A length that is not a number leaves no way to find the body's end (RFC 9112 6.3): cpp-httplib
+    // would read it as 2^64 - 5 for "-5", until the client hung up.
+    const std::string length = req.get_header_value("Content-Length");
+    if (has_length && !parse_content_length(length)) {
+      send_error(res, invalid_request({}, fmt::format("Content-Length '{}' is not a length", length)));
       return true;
     }
     const bool takes_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH";
-    if (takes_body && !length && !chunked) {  // no body follows, so the connection stays in step
+    if (takes_body && !has_length && !chunked) {
       send_error(res, ApiError(411, "invalid_request_error",
                                fmt::format("a {} request needs a body with Content-Length (or Transfer-Encoding: "
                                            "chunked)",
@@ -226,24 +237,38 @@ struct HttpServer::Impl {
                                {}, "length_required"));
       return true;
     }
-    if (req.path != "/health") {
-      try {
-        check_api_key(req);  // before any body is read; strangers learn nothing about the routes
-      } catch (const ApiError& e) {
-        if (chunked || length.value_or(0) > 0) refuse_unread_body(res, e);
-        else send_error(res, e);
-        return true;
-      }
+    const bool body_follows = chunked || (has_length && req.get_header_value("Content-Length") != "0");
+    if (body_follows && (takes_body || req.method == "DELETE")) return false;
+    if (const std::optional<ApiError> refusal = refusal_before_reading(req)) {
+      send_error(res, *refusal);
+      return true;
     }
     return false;
   }
 
-  httplib::Server::Handler method_not_allowed(const char* allowed) {
+  // `Expect: 100-continue`: a refusal the headers settle goes out instead of 100, so the client
+  // need not send the body at all (curl asks for bodies over 1 MB and chunked uploads).
+  int expect_continue(const httplib::Request& req, httplib::Response& res) const {
+    std::optional<ApiError> refusal = refusal_before_reading(req);
+    const std::string length = req.get_header_value("Content-Length");
+    if (!refusal && !length.empty()) {
+      const std::optional<uint64_t> n = parse_content_length(length);
+      if (!n) refusal = invalid_request({}, fmt::format("Content-Length '{}' is not a length", length));
+      else if (*n > options.max_body_bytes) refusal = body_too_large();
+    }
+    if (!refusal) return 100;
+    send_error(res, *refusal);
+    // cpp-httplib writes this answer without a length (its other answers get one), and the client
+    // may send the body after all: it should not reuse the connection.
+    res.set_header("Content-Length", std::to_string(res.body.size()));
+    res.set_header("Connection", "close");
+    return refusal->status;
+  }
+
+  httplib::Server::Handler refuse_method(const char* allowed) {
     return [allowed](const httplib::Request& req, httplib::Response& res) {
       res.set_header("Allow", allowed);
-      send_error(res, ApiError(405, "invalid_request_error",
-                               fmt::format("{} does not take {} (use {})", req.path, req.method, allowed), {},
-                               "method_not_allowed"));
+      send_error(res, method_not_allowed(req, allowed));
     };
   }
 
@@ -261,24 +286,38 @@ struct HttpServer::Impl {
     };
     for (const Route& route : routes) {
       const bool get = std::string(route.method) == "GET";
+      const char* allowed = get ? "GET, HEAD" : "POST";
       if (get) http.Get(route.pattern, get_handler(route));
-      else http.Post(route.pattern, post_handler(route));
-      // Other methods on a known path get 405, after cpp-httplib has read their body (so that a
-      // keep-alive connection stays in step).
-      auto refuse = method_not_allowed(get ? "GET, HEAD" : "POST");
-      if (get) http.Post(route.pattern, refuse);
-      else http.Get(route.pattern, refuse);
-      http.Put(route.pattern, refuse);
-      http.Patch(route.pattern, refuse);
-      http.Delete(route.pattern, refuse);
-      http.Options(route.pattern, refuse);
+      else http.Post(route.pattern, body_handler(route, nullptr));
+      // Other methods on a known path get 405 (after their body is drained, body_handler).
+      const auto refuse_body = [&](const char* a) {
+        return httplib::Server::HandlerWithContentReader(
+            [a, h = body_handler(route, a)](const httplib::Request& req, httplib::Response& res,
+                                             const httplib::ContentReader& reader) {
+              res.set_header("Allow", a);
+              h(req, res, reader);
+            });
+      };
+      if (get) http.Post(route.pattern, refuse_body(allowed));
+      else http.Get(route.pattern, refuse_method(allowed));
+      http.Put(route.pattern, refuse_body(allowed));
+      http.Patch(route.pattern, refuse_body(allowed));
+      http.Delete(route.pattern, refuse_body(allowed));
+      http.Options(route.pattern, refuse_method(allowed));
     }
+    // Bodies sent to no route are drained too, not read into memory by cpp-httplib.
+    http.Post(".*", body_handler(std::nullopt, nullptr));
+    http.Put(".*", body_handler(std::nullopt, nullptr));
+    http.Patch(".*", body_handler(std::nullopt, nullptr));
+    http.Delete(".*", body_handler(std::nullopt, nullptr));
 
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       request_log_begin();
-      return refused_before_body(req, res) ? httplib::Server::HandlerResponse::Handled
-                                           : httplib::Server::HandlerResponse::Unhandled;
+      return answered_without_body(req, res) ? httplib::Server::HandlerResponse::Handled
+                                             : httplib::Server::HandlerResponse::Unhandled;
     });
+    http.set_expect_100_continue_handler(
+        [this](const httplib::Request& req, httplib::Response& res) { return expect_continue(req, res); });
     // Statuses cpp-httplib sets itself (no route, body too large, malformed request) get an OpenAI body.
     http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
                                                                        httplib::Response& res) {

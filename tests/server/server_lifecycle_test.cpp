@@ -42,13 +42,19 @@ TEST(ServerLifecycle, ApiKeyGuardsEveryRouteButHealth) {
   EXPECT_EQ(good.status, 200);
   const auto lower = test::curl("-H 'Authorization: bearer s3cret' " + test::shell_quote(server.base_url() + "/v1/models"));
   EXPECT_EQ(lower.status, 200) << "the scheme's name is case-insensitive";
-  // The key is checked before a body is read: a stranger's 17 MiB upload (past the 16 MiB limit,
-  // chunked, which cpp-httplib would read whole) is refused for its key, not read for its size.
+  // The key is checked before a body is read: asked with `Expect: 100-continue`, a stranger's 17
+  // MiB upload is refused before it is sent (0 bytes up), not read and then refused.
   test::TempDir tmp;
   test::write_file(tmp.file("huge.json"), std::string(17 << 20, ' '));
-  const auto upload = test::curl("-m 10 -H 'Transfer-Encoding: chunked' --data-binary @" + tmp.file("huge.json") + " " +
-                                 test::shell_quote(server.base_url() + "/v1/chat/completions"));
-  EXPECT_EQ(upload.status, 401) << upload.body;
+  const test::CommandResult upload =
+      test::run("curl -s -o /dev/null -m 10 -w '%{http_code} %{size_upload}' -H 'Expect: 100-continue' "
+                "-H 'Transfer-Encoding: chunked' --data-binary @" + tmp.file("huge.json") + " " +
+                test::shell_quote(server.base_url() + "/v1/chat/completions"));
+  EXPECT_EQ(upload.out, "401 0");
+  // Without Expect the body comes anyway: drained, then refused.
+  const auto sent = test::curl("-m 10 -H 'Expect:' -H 'Transfer-Encoding: chunked' --data-binary @" +
+                               tmp.file("huge.json") + " " + test::shell_quote(server.base_url() + "/v1/chat/completions"));
+  EXPECT_EQ(sent.status, 401) << sent.body;
 
   const json r = test::run_client_check("auth", server, "m", "s3cret");
   EXPECT_EQ(r["wrong"]["status"], 401);

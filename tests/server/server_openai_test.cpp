@@ -274,37 +274,50 @@ TEST_F(OpenAIServer, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
   EXPECT_EQ(test::curl(url("/health")).status, 200);
 }
 
-// What the request line and headers already refuse is answered before the body is read: a chunked
-// body past --max-body-bytes (which cpp-httplib does not hold to it), a body with no length at all
-// (which it would read until the client hangs up), a declared length past the limit (which it would
-// skip to its end), and framing a proxy could read otherwise. `-m 10`: a reply that waits on the
-// body fails here instead of after cpp-httplib's 30 s read timeout.
-TEST_F(OpenAIServer, RequestFramingIsCheckedBeforeTheBody) {
+// Framing and limits: a chunked body past --max-body-bytes (which cpp-httplib does not hold to it)
+// gets 413 with the body drained, not read into memory; a POST with no length at all (which it
+// would read until the client hung up) gets 411 at once; a length that is not a number or two
+// framings at once are refused; a declared length past the limit with `Expect: 100-continue` gets
+// 413 before the body is sent. `-m 10`: a reply that waits on a body fails here instead of after
+// cpp-httplib's 30 s read timeout.
+TEST_F(OpenAIServer, RequestFramingAndBodyLimits) {
   test::TempDir tmp;
   test::write_file(tmp.file("huge.json"), std::string(17 << 20, ' '));
   const std::string completions = "-m 10 " + url("/v1/completions");
-  auto expect_error = [&](const std::string& args, int status, const std::string& code) {
+  auto expect_error = [&](const std::string& args, int status, const std::string& code, const std::string& says) {
     SCOPED_TRACE(args);
     const auto reply = test::curl(args);
     EXPECT_EQ(reply.status, status) << reply.body;
     const json body = json::parse(reply.body, nullptr, false);
     ASSERT_TRUE(body.is_object() && body.contains("error")) << reply.body;
     EXPECT_EQ(body["error"]["code"], code.empty() ? json(nullptr) : json(code));
+    EXPECT_THAT(body["error"]["message"].get<std::string>(), HasSubstr(says));
   };
   expect_error(completions + " -H 'Transfer-Encoding: chunked' --data-binary @" + tmp.file("huge.json"), 413,
-               "request_too_large");
-  expect_error(completions + " -X POST", 411, "length_required");
-  expect_error(completions + " -H 'Content-Length: 99999999999' --data-binary '{}'", 413, "request_too_large");
-  expect_error(completions + " -H 'Content-Length: -5' --data-binary '{}'", 400, "");
-  expect_error(completions + " -H 'Content-Length: 2' -H 'Content-Length: 3' --data-binary '{}'", 400, "");
-  expect_error(completions + " -H 'Content-Length: 2' -H 'Transfer-Encoding: chunked' --data-binary '{}'", 400, "");
-  expect_error(completions + " -H 'Transfer-Encoding: gzip' --data-binary '{}'", 501, "unsupported_transfer_encoding");
+               "request_too_large", "--max-body-bytes");
+  expect_error(completions + " -X POST", 411, "length_required", "Content-Length");
+  expect_error(completions + " -H 'Expect: 100-continue' -H 'Content-Length: 99999999999' --data-binary '{}'", 413,
+               "request_too_large", "--max-body-bytes");
+  expect_error(completions + " -H 'Content-Length: -5' --data-binary '{}'", 400, "", "Content-Length '-5'");
+  expect_error(completions + " -H 'Content-Length: 2' -H 'Content-Length: 3' --data-binary '{}'", 400, "",
+               "two different Content-Length");
+  expect_error(completions + " -H 'Content-Length: 2' -H 'Transfer-Encoding: chunked' --data-binary '{}'", 400, "",
+               "both Content-Length and Transfer-Encoding");
+  expect_error(completions + " -H 'Transfer-Encoding: gzip' --data-binary '{}'", 501, "unsupported_transfer_encoding",
+               "gzip");
+  expect_error("-m 10 -H 'Transfer-Encoding: chunked' --data-binary @" + tmp.file("huge.json") + " " + url("/nowhere"),
+               404, "not_found", "/nowhere");
 
-  // A chunked body within the limit is read as any other.
-  const auto chunked = test::curl(completions + " -H 'Transfer-Encoding: chunked' -d " +
-                                  test::shell_quote(R"({"prompt": "Hello", "max_tokens": 2})"));
+  // A chunked body within the limit is read as any other; a refused body is drained, so the next
+  // request on the same connection (curl --next reuses it) is read from its own start.
+  const std::string ok = test::shell_quote(R"({"prompt": "Hello", "max_tokens": 2})");
+  const auto chunked = test::curl(completions + " -H 'Transfer-Encoding: chunked' -d " + ok);
   EXPECT_EQ(chunked.status, 200) << chunked.body;
   EXPECT_EQ(chunked.json()["usage"]["completion_tokens"], 2);
+  const auto after = test::curl("-m 10 -X PUT -d " + ok + " " + url("/v1/completions") +
+                                " --next -s -m 10 -w '\\n%{http_code}' -d " + ok + " " + url("/v1/completions"));
+  EXPECT_EQ(after.status, 200) << after.body;  // the second reply's status (the first's is 405)
+  EXPECT_THAT(after.body, HasSubstr("method_not_allowed"));
   EXPECT_EQ(test::curl(url("/health")).status, 200);
 }
 
