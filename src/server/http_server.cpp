@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -131,37 +132,48 @@ struct HttpServer::Impl {
     return [this, route](const httplib::Request& req, httplib::Response& res) { serve(route, {}, req, res); };
   }
 
-  // Every request with a body comes through here: POST to a route reads it (and only it into
-  // memory, up to --max-body-bytes); every other method and path drains it. cpp-httplib 0.11 cannot
-  // close a connection from a handler, so a refusal reads the body to its end first (discarding it)
-  // and the connection stays in step: what follows is the client's next request, never a leftover
-  // piece of this one taken for a request (request smuggling, behind a proxy). Before this,
-  // cpp-httplib read a chunked body whole into memory past the limit (a 1 GB upload grew a server
-  // from 0.5 to 4.5 GB), and the API key was checked only after that.
+  // A refusal after which the connection closes: the body (or what is left of it) is never read,
+  // so it can never be taken for the next request (request smuggling, behind a proxy), and a client
+  // that sends an endless body holds no thread. cpp-httplib 0.11 keeps a connection while its writes
+  // succeed; a body provider that writes the whole answer and then returns false ends it.
+  // `with_length`: cpp-httplib's answer to `Expect: 100-continue` goes out without one otherwise.
+  static void refuse_and_close(httplib::Response& res, const ApiError& e, bool with_length = false) {
+    res.status = e.status;
+    auto text = std::make_shared<const std::string>(json_text(e.body()));
+    if (with_length) res.set_header("Content-Length", std::to_string(text->size()));
+    res.set_header("Connection", "close");
+    res.set_content_provider(text->size(), "application/json",
+                             [text](size_t offset, size_t, httplib::DataSink& sink) {
+                               sink.write(text->data() + offset, text->size() - offset);
+                               return false;  // all of it is out: end the connection
+                             });
+  }
+
+  // Every request with a body comes through here. A POST to a route reads it, at most
+  // --max-body-bytes (cpp-httplib holds a chunked body to no limit: a 1 GB upload grew a server
+  // from 0.5 to 4.5 GB); any other is refused without reading it, and the connection closes.
   // POST bodies are read here rather than by cpp-httplib, which would refuse bodies over 8 KiB sent
   // as application/x-www-form-urlencoded (what `curl -d` sends) and parse them as forms.
   httplib::Server::HandlerWithContentReader body_handler(std::optional<Route> route, const char* allowed) {
     return [this, route, allowed](const httplib::Request& req, httplib::Response& res,
                                   const httplib::ContentReader& content_reader) {
-      size_t received = 0;
-      std::string body;
-      const bool keep = route && !allowed && !refusal_before_reading(req) && !req.is_multipart_form_data();
-      const auto take = [&](const char* data, size_t size) {
-        received += size;
-        if (keep && received <= options.max_body_bytes) body.append(data, size);
-        return true;  // past the limit (or refused), read on and drop
-      };
-      const bool read = req.is_multipart_form_data()
-                            ? content_reader([](const httplib::MultipartFormData&) { return true; },
-                                             [&](const char* data, size_t size) { return take(data, size); })
-                            : content_reader(take);
-      if (const std::optional<ApiError> refusal = refusal_before_reading(req)) return send_error(res, *refusal);
-      if (!read) return;  // cpp-httplib has set the status: 413 for a Content-Length over the limit, else 400
-      if (!route) return send_error(res, no_route(req));
-      if (allowed) return send_error(res, method_not_allowed(req, allowed));
-      if (received > options.max_body_bytes) return send_error(res, body_too_large());
+      if (!route) return refuse_and_close(res, no_route(req));
+      if (allowed) {
+        res.set_header("Allow", allowed);
+        return refuse_and_close(res, method_not_allowed(req, allowed));
+      }
       if (req.is_multipart_form_data())
-        return send_error(res, invalid_request({}, "the request body must be JSON, not multipart/form-data"));
+        return refuse_and_close(res, invalid_request({}, "the request body must be JSON, not multipart/form-data"));
+      std::string body;
+      bool too_large = false;
+      const bool read = content_reader([&](const char* data, size_t size) {
+        too_large = body.size() + size > options.max_body_bytes;
+        if (!too_large) body.append(data, size);
+        return !too_large;
+      });
+      if (too_large) return refuse_and_close(res, body_too_large());
+      if (!read)  // a broken chunked or compressed body, or the client gone
+        return refuse_and_close(res, invalid_request({}, "the request body could not be read to its end"));
       serve(*route, body, req, res);
     };
   }
@@ -185,22 +197,28 @@ struct HttpServer::Impl {
                     "method_not_allowed");
   }
 
-  // What refuses a request whatever its body holds: framing that RFC 9112 6.1-6.3 tells a server to
-  // refuse (a proxy could read it otherwise), and a missing or wrong API key. Checked before the body
-  // is read; the refusal is sent after it, once it is drained.
-  std::optional<ApiError> refusal_before_reading(const httplib::Request& req) const {
+  // What the request line and headers settle, whatever a body holds: framing that RFC 9112 6.1-6.3
+  // tells a server to refuse, a declared length over the limit, and a missing or wrong API key.
+  std::optional<ApiError> refusal_from_headers(const httplib::Request& req) const {
+    if (req.method == "PRI") return invalid_request({}, "HTTP/2 is not served (use HTTP/1.1)");
     const size_t encodings = req.get_header_value_count("Transfer-Encoding");
     const size_t length_headers = req.get_header_value_count("Content-Length");
-    if (encodings > 1 || (encodings == 1 && !equal_ignoring_case(req.get_header_value("Transfer-Encoding"), "chunked")))
+    const std::string te = req.get_header_value("Transfer-Encoding");
+    if (encodings > 1 || (encodings == 1 && !equal_ignoring_case(te, "chunked")))
       return ApiError(501, "invalid_request_error",
-                      fmt::format("Transfer-Encoding '{}' is not supported (only chunked)",
-                                  req.get_header_value("Transfer-Encoding")),
-                      {}, "unsupported_transfer_encoding");
+                      fmt::format("Transfer-Encoding '{}' is not supported (only chunked)", te), {},
+                      "unsupported_transfer_encoding");
     if (encodings > 0 && length_headers > 0)
       return invalid_request({}, "a request may not have both Content-Length and Transfer-Encoding");
     for (size_t i = 1; i < length_headers; ++i)
       if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length", 0))
         return invalid_request({}, "the request has two different Content-Length headers");
+    if (length_headers > 0) {
+      const std::string length = req.get_header_value("Content-Length");
+      const std::optional<uint64_t> n = parse_content_length(length);
+      if (!n) return invalid_request({}, fmt::format("Content-Length '{}' is not a length", length));
+      if (*n > options.max_body_bytes) return body_too_large();
+    }
     if (req.path != "/health") {
       try {
         check_api_key(req);  // strangers learn nothing about the routes
@@ -211,25 +229,21 @@ struct HttpServer::Impl {
     return std::nullopt;
   }
 
-  // Requests whose headers already settle the answer and that carry no body (GET and the like, or
-  // a POST with neither length header, which cpp-httplib would read until the client hung up: a
-  // bare `curl -X POST` waited 30 s). Those with a body go to body_handler.
-  bool answered_without_body(const httplib::Request& req, httplib::Response& res) const {
-    if (req.method == "PRI") {  // an HTTP/2 preface: not served, and its body would be read whole
-      send_error(res, invalid_request({}, "HTTP/2 is not served (use HTTP/1.1)"));
-      return true;
-    }
+  // The pre-routing handler: what the headers settle is answered before any body is read (with the
+  // connection closed where a body follows). cpp-httplib would otherwise read a POST with neither
+  // length header until the client hung up (a bare `curl -X POST` waited 30 s), skip a declared
+  // length over the limit to its end, and leave the body of a GET unread on the connection.
+  bool answered_from_headers(const httplib::Request& req, httplib::Response& res) const {
     const bool chunked = req.has_header("Transfer-Encoding");
-    const bool has_length = req.has_header("Content-Length");
-    // A length that is not a number leaves no way to find the body's end (RFC 9112 6.3): cpp-httplib
-    // would read it as 2^64 - 5 for "-5", until the client hung up.
     const std::string length = req.get_header_value("Content-Length");
-    if (has_length && !parse_content_length(length)) {
-      send_error(res, invalid_request({}, fmt::format("Content-Length '{}' is not a length", length)));
+    const bool body_follows = chunked || (req.has_header("Content-Length") && length != "0");
+    if (const std::optional<ApiError> refusal = refusal_from_headers(req)) {
+      if (body_follows) refuse_and_close(res, *refusal);
+      else send_error(res, *refusal);
       return true;
     }
     const bool takes_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH";
-    if (takes_body && !has_length && !chunked) {
+    if (takes_body && !body_follows && !req.has_header("Content-Length")) {
       send_error(res, ApiError(411, "invalid_request_error",
                                fmt::format("a {} request needs a body with Content-Length (or Transfer-Encoding: "
                                            "chunked)",
@@ -237,31 +251,19 @@ struct HttpServer::Impl {
                                {}, "length_required"));
       return true;
     }
-    const bool body_follows = chunked || (has_length && req.get_header_value("Content-Length") != "0");
-    if (body_follows && (takes_body || req.method == "DELETE")) return false;
-    if (const std::optional<ApiError> refusal = refusal_before_reading(req)) {
-      send_error(res, *refusal);
+    if (body_follows && !takes_body && req.method != "DELETE") {  // cpp-httplib would not read it
+      refuse_and_close(res, invalid_request({}, fmt::format("a {} request takes no body", req.method)));
       return true;
     }
     return false;
   }
 
   // `Expect: 100-continue`: a refusal the headers settle goes out instead of 100, so the client
-  // need not send the body at all (curl asks for bodies over 1 MB and chunked uploads).
+  // need not send the body (curl asks for bodies over 1 MB and chunked ones).
   int expect_continue(const httplib::Request& req, httplib::Response& res) const {
-    std::optional<ApiError> refusal = refusal_before_reading(req);
-    const std::string length = req.get_header_value("Content-Length");
-    if (!refusal && !length.empty()) {
-      const std::optional<uint64_t> n = parse_content_length(length);
-      if (!n) refusal = invalid_request({}, fmt::format("Content-Length '{}' is not a length", length));
-      else if (*n > options.max_body_bytes) refusal = body_too_large();
-    }
+    const std::optional<ApiError> refusal = refusal_from_headers(req);
     if (!refusal) return 100;
-    send_error(res, *refusal);
-    // cpp-httplib writes this answer without a length (its other answers get one), and the client
-    // may send the body after all: it should not reuse the connection.
-    res.set_header("Content-Length", std::to_string(res.body.size()));
-    res.set_header("Connection", "close");
+    refuse_and_close(res, *refusal, /*with_length=*/true);
     return refusal->status;
   }
 
@@ -289,31 +291,24 @@ struct HttpServer::Impl {
       const char* allowed = get ? "GET, HEAD" : "POST";
       if (get) http.Get(route.pattern, get_handler(route));
       else http.Post(route.pattern, body_handler(route, nullptr));
-      // Other methods on a known path get 405 (after their body is drained, body_handler).
-      const auto refuse_body = [&](const char* a) {
-        return httplib::Server::HandlerWithContentReader(
-            [a, h = body_handler(route, a)](const httplib::Request& req, httplib::Response& res,
-                                             const httplib::ContentReader& reader) {
-              res.set_header("Allow", a);
-              h(req, res, reader);
-            });
-      };
-      if (get) http.Post(route.pattern, refuse_body(allowed));
+      // Other methods on a known path get 405 (with a body: unread, the connection closed).
+      if (get) http.Post(route.pattern, body_handler(route, allowed));
       else http.Get(route.pattern, refuse_method(allowed));
-      http.Put(route.pattern, refuse_body(allowed));
-      http.Patch(route.pattern, refuse_body(allowed));
-      http.Delete(route.pattern, refuse_body(allowed));
+      http.Put(route.pattern, body_handler(route, allowed));
+      http.Patch(route.pattern, body_handler(route, allowed));
+      http.Delete(route.pattern, body_handler(route, allowed));
       http.Options(route.pattern, refuse_method(allowed));
     }
-    // Bodies sent to no route are drained too, not read into memory by cpp-httplib.
-    http.Post(".*", body_handler(std::nullopt, nullptr));
-    http.Put(".*", body_handler(std::nullopt, nullptr));
-    http.Patch(".*", body_handler(std::nullopt, nullptr));
-    http.Delete(".*", body_handler(std::nullopt, nullptr));
+    // Bodies sent to no route are refused unread too, not read into memory by cpp-httplib.
+    // ([\s\S]: a decoded path may hold a line break, which `.` would not match.)
+    http.Post(R"([\s\S]*)", body_handler(std::nullopt, nullptr));
+    http.Put(R"([\s\S]*)", body_handler(std::nullopt, nullptr));
+    http.Patch(R"([\s\S]*)", body_handler(std::nullopt, nullptr));
+    http.Delete(R"([\s\S]*)", body_handler(std::nullopt, nullptr));
 
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       request_log_begin();
-      return answered_without_body(req, res) ? httplib::Server::HandlerResponse::Handled
+      return answered_from_headers(req, res) ? httplib::Server::HandlerResponse::Handled
                                              : httplib::Server::HandlerResponse::Unhandled;
     });
     http.set_expect_100_continue_handler(
@@ -321,7 +316,7 @@ struct HttpServer::Impl {
     // Statuses cpp-httplib sets itself (no route, body too large, malformed request) get an OpenAI body.
     http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
                                                                        httplib::Response& res) {
-      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      if (!res.body.empty() || res.content_provider_) return httplib::Server::HandlerResponse::Unhandled;
       std::string message = fmt::format("HTTP {}", res.status);
       std::string code;
       if (res.status == 404) {

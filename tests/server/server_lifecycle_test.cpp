@@ -51,7 +51,7 @@ TEST(ServerLifecycle, ApiKeyGuardsEveryRouteButHealth) {
                 "-H 'Transfer-Encoding: chunked' --data-binary @" + tmp.file("huge.json") + " " +
                 test::shell_quote(server.base_url() + "/v1/chat/completions"));
   EXPECT_EQ(upload.out, "401 0");
-  // Without Expect the body comes anyway: drained, then refused.
+  // Without Expect the body comes anyway: refused unread, the connection closed.
   const auto sent = test::curl("-m 10 -H 'Expect:' -H 'Transfer-Encoding: chunked' --data-binary @" +
                                tmp.file("huge.json") + " " + test::shell_quote(server.base_url() + "/v1/chat/completions"));
   EXPECT_EQ(sent.status, 401) << sent.body;

@@ -275,11 +275,10 @@ TEST_F(OpenAIServer, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
 }
 
 // Framing and limits: a chunked body past --max-body-bytes (which cpp-httplib does not hold to it)
-// gets 413 with the body drained, not read into memory; a POST with no length at all (which it
-// would read until the client hung up) gets 411 at once; a length that is not a number or two
-// framings at once are refused; a declared length past the limit with `Expect: 100-continue` gets
-// 413 before the body is sent. `-m 10`: a reply that waits on a body fails here instead of after
-// cpp-httplib's 30 s read timeout.
+// gets 413 and is not read on; a POST with no length at all (which it would read until the client
+// hung up) gets 411 at once; a length that is not a number, two framings at once, or a declared
+// length past the limit are refused from the headers. `-m 10`: a reply that waits on a body fails
+// here instead of after cpp-httplib's 30 s read timeout.
 TEST_F(OpenAIServer, RequestFramingAndBodyLimits) {
   test::TempDir tmp;
   test::write_file(tmp.file("huge.json"), std::string(17 << 20, ' '));
@@ -296,8 +295,8 @@ TEST_F(OpenAIServer, RequestFramingAndBodyLimits) {
   expect_error(completions + " -H 'Transfer-Encoding: chunked' --data-binary @" + tmp.file("huge.json"), 413,
                "request_too_large", "--max-body-bytes");
   expect_error(completions + " -X POST", 411, "length_required", "Content-Length");
-  expect_error(completions + " -H 'Expect: 100-continue' -H 'Content-Length: 99999999999' --data-binary '{}'", 413,
-               "request_too_large", "--max-body-bytes");
+  expect_error(completions + " -H 'Content-Length: 99999999999' --data-binary '{}'", 413, "request_too_large",
+               "--max-body-bytes");
   expect_error(completions + " -H 'Content-Length: -5' --data-binary '{}'", 400, "", "Content-Length '-5'");
   expect_error(completions + " -H 'Content-Length: 2' -H 'Content-Length: 3' --data-binary '{}'", 400, "",
                "two different Content-Length");
@@ -307,9 +306,10 @@ TEST_F(OpenAIServer, RequestFramingAndBodyLimits) {
                "gzip");
   expect_error("-m 10 -H 'Transfer-Encoding: chunked' --data-binary @" + tmp.file("huge.json") + " " + url("/nowhere"),
                404, "not_found", "/nowhere");
+  expect_error("-m 10 -X GET -d '{}' " + url("/v1/models"), 400, "", "takes no body");
 
-  // A chunked body within the limit is read as any other; a refused body is drained, so the next
-  // request on the same connection (curl --next reuses it) is read from its own start.
+  // A chunked body within the limit is read as any other; after a refused body (unread, the
+  // connection closed) the next request is answered from its own start.
   const std::string ok = test::shell_quote(R"({"prompt": "Hello", "max_tokens": 2})");
   const auto chunked = test::curl(completions + " -H 'Transfer-Encoding: chunked' -d " + ok);
   EXPECT_EQ(chunked.status, 200) << chunked.body;
