@@ -69,7 +69,8 @@ GenerationParams parse_generation_params(const json& body, const SamplingParams&
     for (const auto& [key, value] : bias->items()) {
       int32_t id = -1;
       const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
-      if (error != std::errc() || end != key.data() + key.size() || id < 0 || (key.size() > 1 && key[0] == '0'))
+      const bool canonical = !key.empty() && key[0] >= '0' && key[0] <= '9' && (key.size() == 1 || key[0] != '0');
+      if (!canonical || error != std::errc() || end != key.data() + key.size())
         throw invalid_request("logit_bias", fmt::format("logit_bias key '{}' is not a token id", key));
       if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0))
         throw invalid_request("logit_bias", fmt::format("the bias of token {} must be a number in [-100, 100]", id));

@@ -113,6 +113,8 @@ TEST(GenerationParams, RefusesOutOfRangeAndWrongTypes) {
   expect_refused(R"({"logit_bias": {"five": 1}})", "logit_bias");
   expect_refused(R"({"logit_bias": {"-1": 1}})", "logit_bias");
   expect_refused(R"({"logit_bias": {"007": 1}})", "logit_bias");
+  expect_refused(R"({"logit_bias": {"-0": 1}})", "logit_bias");
+  expect_refused(R"({"logit_bias": {"+5": 1}})", "logit_bias");
   expect_refused(R"({"logit_bias": "x"})", "logit_bias");
   expect_refused(R"({"response_format": {"type": "json_object"}})", "response_format");
   expect_refused(R"({"response_format": {}})", "response_format");
