@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <memory>
@@ -151,32 +152,40 @@ struct HttpServer::Impl {
 
   // Every request with a body comes through here. A POST to a route reads it, at most
   // --max-body-bytes (cpp-httplib holds a chunked body to no limit: a 1 GB upload grew a server
-  // from 0.5 to 4.5 GB); any other is refused without reading it, and the connection closes.
+  // from 0.5 to 4.5 GB). A refused body (a wrong key, no route, a wrong method, past the limit) is
+  // read on and dropped up to linger_bytes() before the answer, and the connection closes: closing
+  // on unread bytes makes the kernel reset the connection, which can reach a client still sending
+  // before it has read the answer (nginx's "lingering close" for the same reason).
   // POST bodies are read here rather than by cpp-httplib, which would refuse bodies over 8 KiB sent
   // as application/x-www-form-urlencoded (what `curl -d` sends) and parse them as forms.
   httplib::Server::HandlerWithContentReader body_handler(std::optional<Route> route, const char* allowed) {
     return [this, route, allowed](const httplib::Request& req, httplib::Response& res,
                                   const httplib::ContentReader& content_reader) {
-      if (!route) return refuse_and_close(res, no_route(req));
-      if (allowed) {
+      std::optional<ApiError> refusal = refusal_from_headers(req);  // the key; framing was settled before
+      if (!refusal && !route) refusal = no_route(req);
+      if (!refusal && allowed) {
         res.set_header("Allow", allowed);
-        return refuse_and_close(res, method_not_allowed(req, allowed));
+        refusal = method_not_allowed(req, allowed);
       }
-      if (req.is_multipart_form_data())
+      if (!refusal && req.is_multipart_form_data())
         return refuse_and_close(res, invalid_request({}, "the request body must be JSON, not multipart/form-data"));
       std::string body;
-      bool too_large = false;
+      size_t received = 0;
       const bool read = content_reader([&](const char* data, size_t size) {
-        too_large = body.size() + size > options.max_body_bytes;
-        if (!too_large) body.append(data, size);
-        return !too_large;
+        received += size;
+        if (!refusal && received <= options.max_body_bytes) body.append(data, size);
+        return received <= (refusal || received > options.max_body_bytes ? linger_bytes() : options.max_body_bytes);
       });
-      if (too_large) return refuse_and_close(res, body_too_large());
+      if (refusal) return refuse_and_close(res, *refusal);
+      if (received > options.max_body_bytes) return refuse_and_close(res, body_too_large());
       if (!read)  // a broken chunked or compressed body, or the client gone
         return refuse_and_close(res, invalid_request({}, "the request body could not be read to its end"));
       serve(*route, body, req, res);
     };
   }
+
+  // How much of a refused body is read and dropped before the connection closes.
+  size_t linger_bytes() const { return std::max<size_t>(4 * options.max_body_bytes, size_t(64) << 20); }
 
   ApiError body_too_large() const {
     return ApiError(413, "invalid_request_error",
@@ -238,6 +247,10 @@ struct HttpServer::Impl {
     const std::string length = req.get_header_value("Content-Length");
     const bool body_follows = chunked || (req.has_header("Content-Length") && length != "0");
     if (const std::optional<ApiError> refusal = refusal_from_headers(req)) {
+      // A wrong key on a body cpp-httplib can read: body_handler reads it on before answering.
+      const bool readable = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                            (req.method == "DELETE" && req.has_header("Content-Length"));
+      if (body_follows && readable && refusal->status == 401) return false;
       if (body_follows) refuse_and_close(res, *refusal);
       else send_error(res, *refusal);
       return true;
@@ -320,8 +333,9 @@ struct HttpServer::Impl {
       std::string message = fmt::format("HTTP {}", res.status);
       std::string code;
       if (res.status == 404) {
-        message = fmt::format("no route {} {} (see docs/server.md for the routes)", req.method, req.path);
-        code = "not_found";
+        const ApiError e = no_route(req);
+        message = e.what();
+        code = e.code;
       } else if (res.status == 413) {
         const ApiError e = body_too_large();
         message = e.what();

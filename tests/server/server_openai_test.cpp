@@ -340,22 +340,17 @@ TEST_F(OpenAIServer, LogitBiasAppliesAndResponseFormatIsRefused) {
   EXPECT_EQ(reply.json()["choices"][0]["text"], forced_text.json()["prompt"]);
   EXPECT_NE(plain.json()["choices"][0]["text"], reply.json()["choices"][0]["text"]);
 
-  for (const json& bad : {json{{"1000", 101}}, json{{"x", 1}}, json{{"-3", 1}}, json{{"262144", 1}}, json::array({1})}) {
-    SCOPED_TRACE(bad.dump());
+  auto expect_refused = [&](const char* field, const json& value) {
+    SCOPED_TRACE(std::string(field) + ": " + value.dump());
     json body = base;
-    body["logit_bias"] = bad;
+    body[field] = value;
     const auto refused = post(body);
     EXPECT_EQ(refused.status, 400) << refused.body;
-    EXPECT_EQ(refused.json()["error"]["param"], "logit_bias");
-  }
-  for (const json& format : {json{{"type", "json_object"}}, json("json")}) {
-    SCOPED_TRACE(format.dump());
-    json body = base;
-    body["response_format"] = format;
-    const auto refused = post(body);
-    EXPECT_EQ(refused.status, 400) << refused.body;
-    EXPECT_EQ(refused.json()["error"]["param"], "response_format");
-  }
+    EXPECT_EQ(refused.json()["error"]["param"], field);
+  };
+  for (const json& bad : {json{{"1000", 101}}, json{{"x", 1}}, json{{"-3", 1}}, json{{"262144", 1}}, json::array({1})})
+    expect_refused("logit_bias", bad);
+  for (const json& format : {json{{"type", "json_object"}}, json("json")}) expect_refused("response_format", format);
   json neutral = base;
   neutral["logit_bias"] = json::object();
   neutral["response_format"] = {{"type", "text"}};
