@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <fmt/format.h>
 
@@ -74,6 +75,7 @@ struct HttpServer::Impl {
   std::unique_ptr<ServerMetrics> metrics;
   ActiveGenerations active;
   std::optional<RouteContext> context;  // set with the model
+  int listen_socket = -1;               // the socket bind_to_port bound, until the listener owns it
 
   explicit Impl(HttpServerOptions o) : options(std::move(o)) {}
 
@@ -364,6 +366,15 @@ HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>
   s.http.set_keep_alive_max_count(1000);
   s.http.set_read_timeout(30);
   s.http.set_write_timeout(15);  // a client that stops reading for this long is treated as gone
+  // cpp-httplib's own options set SO_REUSEPORT, with which a second server binds a port this one
+  // serves and the kernel hands it part of the connections: a server started twice, or an old
+  // version beside a new one, would answer at random. SO_REUSEADDR alone still lets a restarted
+  // server bind at once over the last one's closing connections.
+  s.http.set_socket_options([&s](int socket) {
+    const int yes = 1;
+    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    s.listen_socket = socket;
+  });
   s.install_routes();
 }
 
@@ -378,6 +389,10 @@ int HttpServer::start() {
   } else if (!s.http.bind_to_port(s.options.host, port)) {
     fail("cannot listen on {}:{} (is the port in use, or the address not on this machine?)", s.options.host, port);
   }
+  // cpp-httplib 0.11 listens with a backlog of 5, and a burst of new connections beyond what its
+  // accept loop takes at once would wait on TCP's SYN retries (a second and more). Listening again
+  // only sets the queue's length, up to net.core.somaxconn.
+  if (::listen(s.listen_socket, SOMAXCONN) != 0) fail("cannot listen on {}:{}", s.options.host, port);
   s.listener = std::thread([&s] { s.http.listen_after_bind(); });
   return port;
 }

@@ -183,6 +183,24 @@ TEST(ServerLifecycle, KvPrefaultBacksTheBudgetBeforeServing) {
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 
+// cpp-httplib's default socket options (SO_REUSEPORT) let a second server bind the same port and
+// take part of its connections; it must be refused instead.
+TEST(ServerLifecycle, RefusesAPortAnotherServerListensOn) {
+  const std::string model = need_model();
+  SKIP_WITHOUT_NPM(model);
+  test::ServerProcess server;
+  server.start(model, {"--kv-memory", "64MiB"});
+  const std::string port = std::to_string(server.port());
+  // Bounded: a second server that did bind would serve until stopped.
+  const auto second = test::run("timeout 60 " + test::shell_quote(test::tandem_binary()) +
+                                " serve --kv-memory 64MiB --port " + port + " --model " + test::shell_quote(model));
+  EXPECT_EQ(second.exit_code, 1);
+  EXPECT_THAT(second.err, HasSubstr("cannot listen on 127.0.0.1:" + port));
+  const auto health = test::curl(test::shell_quote(server.base_url() + "/health"));
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
 TEST(ServerLifecycle, RefusesAModelWithoutTokenizer) {
   const std::string model = test::synth_checkpoint("tiny");  // synthesized without a tokenizer.json
   const auto r = test::run(test::shell_quote(test::tandem_binary()) + " serve --port 0 --model " +
