@@ -57,14 +57,82 @@ std::string param_from_message(const std::string& message) {
   return message.substr(0, colon);
 }
 
+// The chat template renders an image, audio or video part as a bare placeholder token, and this
+// server runs the text model only (no vision or audio tower): answering would describe media the
+// model never saw, so such parts are refused, as vLLM refuses them for a text-only model.
+void refuse_media_parts(const json& messages) {
+  for (size_t m = 0; m < messages.size(); ++m) {
+    const json& message = messages[m];
+    if (!message.is_object() || !message.contains("content") || !message["content"].is_array()) continue;
+    const json& parts = message["content"];
+    for (size_t p = 0; p < parts.size(); ++p) {
+      if (!parts[p].is_object() || !parts[p].contains("type") || !parts[p]["type"].is_string()) continue;
+      const std::string type = parts[p]["type"].get<std::string>();
+      if (type == "text") continue;
+      const std::string where = fmt::format("messages[{}].content[{}]", m, p);
+      throw invalid_request(where, fmt::format("{}: content parts of type '{}' are not supported: this server runs "
+                                               "the text model only (text parts are)",
+                                               where, type));
+    }
+  }
+}
+
+// Fields that ask for what a text-only server without the legacy function API cannot do; silently
+// ignoring them would answer a different question than the one asked.
+void refuse_unsupported_chat_fields(const json& body) {
+  if (optional_field(body, "functions") || optional_field(body, "function_call"))
+    throw invalid_request(optional_field(body, "functions") ? "functions" : "function_call",
+                          "'functions' and 'function_call' are the deprecated form of tools: send 'tools' and "
+                          "'tool_choice'");
+  if (optional_field(body, "audio")) throw invalid_request("audio", "audio output is not supported: text only");
+  if (const json* modalities = optional_field(body, "modalities")) {
+    if (!modalities->is_array())
+      throw invalid_request("modalities", "'modalities' must be a list, got " + json_kind(*modalities));
+    for (const json& m : *modalities)
+      if (!m.is_string() || m.get<std::string>() != "text")
+        throw invalid_request("modalities", "only the \"text\" modality is supported, got " + m.dump());
+  }
+  if (const auto best_of = optional_integer(body, "best_of"); best_of && *best_of != 1)
+    throw invalid_request("best_of", "only best_of=1 is supported");
+}
+
+// The text of the final message, for continue_final_message: its string content, or its last text part.
+std::string final_message_text(const json& messages) {
+  const json& content = messages.back().is_object() ? messages.back().value("content", json()) : json();
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_array())
+    for (auto part = content.rbegin(); part != content.rend(); ++part)
+      if (part->is_object() && part->contains("text") && (*part)["text"].is_string()) return (*part)["text"];
+  throw invalid_request("continue_final_message", "continue_final_message needs a final message with text to continue");
+}
+
+// vLLM's continue_final_message (Hugging Face's rule): the prompt ends where the final message's text
+// ends, its turn left open, so the model continues it ("Sure, here is" -> the rest). The template
+// trims the message, so trailing spaces are cut as it cut them.
+std::string cut_after_final_message(const std::string& rendered, const std::string& final_text) {
+  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+  size_t begin = 0, end = final_text.size();
+  while (begin < end && is_space(final_text[begin])) ++begin;
+  while (end > begin && is_space(final_text[end - 1])) --end;
+  const std::string stripped = final_text.substr(begin, end - begin), left_stripped = final_text.substr(begin);
+  const size_t at = stripped.empty() ? std::string::npos : rendered.rfind(stripped);
+  if (at == std::string::npos)
+    throw invalid_request("continue_final_message",
+                          "continue_final_message: the final message's text does not appear in the rendered prompt");
+  const bool kept_as_sent = rendered.compare(at, left_stripped.size(), left_stripped) == 0;
+  return rendered.substr(0, at + (kept_as_sent ? left_stripped.size() : stripped.size()));
+}
+
 }  // namespace
 
-std::string render_chat_prompt(const json& body, bool* thinking) {
+std::string render_chat_prompt(const json& body, bool* thinking, bool* tools_offered) {
   const json* messages = optional_field(body, "messages");
   if (!messages) throw invalid_request("messages", "'messages' is required");
   if (!messages->is_array())
     throw invalid_request("messages", "'messages' must be a list of messages, got " + json_kind(*messages));
   if (messages->empty()) throw invalid_request("messages", "'messages' must not be empty");
+  refuse_media_parts(*messages);
+  refuse_unsupported_chat_fields(body);
 
   ChatOptions options;
   const json* tools = optional_field(body, "tools");
@@ -75,13 +143,21 @@ std::string render_chat_prompt(const json& body, bool* thinking) {
     options.enable_thinking = optional_bool(*kwargs, "enable_thinking").value_or(false);
     options.preserve_thinking = optional_bool(*kwargs, "preserve_thinking").value_or(false);
   }
-  if (const auto add = optional_bool(body, "add_generation_prompt")) options.add_generation_prompt = *add;
+  const auto add_generation_prompt = optional_bool(body, "add_generation_prompt");
+  const bool continue_final = optional_bool(body, "continue_final_message").value_or(false);
+  if (continue_final && add_generation_prompt.value_or(false))
+    throw invalid_request("continue_final_message",
+                          "continue_final_message and add_generation_prompt cannot both be true");
+  options.add_generation_prompt = continue_final ? false : add_generation_prompt.value_or(true);
   if (thinking) *thinking = options.enable_thinking;
+  if (tools_offered) *tools_offered = options.tools.is_array() && !options.tools.empty();
+  std::string rendered;
   try {
-    return render_chat(*messages, options);
+    rendered = render_chat(*messages, options);
   } catch (const Error& e) {
     throw invalid_request(param_from_message(e.what()), e.what());
   }
+  return continue_final ? cut_after_final_message(rendered, final_message_text(*messages)) : rendered;
 }
 
 ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults) {
@@ -95,7 +171,7 @@ ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults)
     r.params.sampling.top_logprobs = int(*top);
   }
   r.params.sampling.logprobs = r.logprobs;
-  r.prompt = render_chat_prompt(body, &r.thinking);
+  r.prompt = render_chat_prompt(body, &r.thinking, &r.tools_offered);
   r.starts_in_reasoning = prompt_opens_reasoning(r.prompt);
   return r;
 }

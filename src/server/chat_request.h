@@ -17,12 +17,15 @@ struct ChatRequest {
   bool starts_in_reasoning = false;  // the prompt opened the thought channel
   bool thinking = false;             // chat_template_kwargs.enable_thinking
   bool logprobs = false;
+  bool tools_offered = false;        // tools rendered into the prompt: only then are tool calls parsed
 };
 
 ChatRequest parse_chat_request(const nlohmann::json& body, const SamplingParams& defaults);
 
 // The chat template's rendering of `messages` (+ tools, chat_template_kwargs) from a request body,
 // for /v1/chat/completions and /tokenize. Errors name the field (param "messages[2]", "tools").
-std::string render_chat_prompt(const nlohmann::json& body, bool* thinking = nullptr);
+// Refuses what a text-only model cannot honour: image, audio and video parts, audio output, and the
+// legacy `functions` (send `tools`).
+std::string render_chat_prompt(const nlohmann::json& body, bool* thinking = nullptr, bool* tools_offered = nullptr);
 
 }  // namespace tandem::server

@@ -143,6 +143,7 @@ void handle_chat_completions(const RouteContext& context, const std::string& req
   job.params = chat.params;
   job.mode = OutputMode::Chat;
   job.starts_in_reasoning = chat.starts_in_reasoning;
+  job.parse_tool_calls = chat.tools_offered;
   auto stream = std::make_unique<GenerationStream>(context, std::move(job));
 
   ChatResponseInfo info;

@@ -80,7 +80,7 @@ class CompletionStreamFormatter final : public GenerationFormatter {
 
   std::string opening() override {
     if (info_.echo_text.empty()) return {};
-    offset_ = info_.echo_text.size();
+    offset_ = character_count(info_.echo_text);
     return sse_event(chunk(info_.echo_text, {}, nullptr));
   }
 
@@ -118,7 +118,7 @@ class CompletionStreamFormatter final : public GenerationFormatter {
       logprobs = empty_completion_logprobs();
       append_completion_logprobs(logprobs, tokens, tokenizer_, offset_);
     }
-    offset_ += text.size();
+    offset_ += character_count(text);
     json c = base();
     c["choices"] = json::array(
         {{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", std::move(finish_reason)}}});
@@ -146,7 +146,7 @@ class CompletionFormatter final : public GenerationFormatter {
     json logprobs = nullptr;
     if (info_.logprobs) {
       logprobs = empty_completion_logprobs();
-      append_completion_logprobs(logprobs, tokens_, tokenizer_, info_.echo_text.size());
+      append_completion_logprobs(logprobs, tokens_, tokenizer_, character_count(info_.echo_text));
     }
     const json response = {
         {"id", info_.id},

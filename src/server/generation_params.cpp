@@ -115,6 +115,10 @@ GenerationParams parse_generation_params(const json& body, const SamplingParams&
 
   p.stop = parse_stop(body);
   p.ignore_eos = optional_bool(body, "ignore_eos").value_or(false);
+  // vLLM's min_tokens keeps the stop tokens from being sampled until that many were generated; that
+  // is not implemented, and ignoring it would end answers earlier than asked.
+  if (const auto min = optional_integer(body, "min_tokens"); min && *min != 0)
+    throw invalid_request("min_tokens", fmt::format("'min_tokens' is not supported (only 0), got {}", *min));
   p.skip_special_tokens = optional_bool(body, "skip_special_tokens").value_or(true);
   p.stream = optional_bool(body, "stream").value_or(false);
   if (const json* options = optional_object(body, "stream_options", "stream_options")) {

@@ -72,7 +72,7 @@ GenerationStream::GenerationStream(const RouteContext& context, GenerationJob jo
     : context_(context),
       queue_(std::make_shared<EventQueue>()),
       assembler_(context.model.tokenizer, job.mode, job.params.stop, job.params.skip_special_tokens,
-                 job.starts_in_reasoning),
+                 job.starts_in_reasoning, job.parse_tool_calls),
       arrival_(job.arrival),
       prompt_tokens_(int(job.prompt.size())) {
   Engine& engine = context.model.engine;

@@ -26,6 +26,7 @@ struct GenerationJob {
   GenerationParams params;
   OutputMode mode = OutputMode::Text;
   bool starts_in_reasoning = false;
+  bool parse_tool_calls = true;  // chat: the request offered tools (OutputParserOptions)
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
 };
 

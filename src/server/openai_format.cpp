@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <random>
@@ -80,6 +81,10 @@ json empty_completion_logprobs() {
           {"text_offset", json::array()}};
 }
 
+size_t character_count(std::string_view utf8_text) {
+  return size_t(std::count_if(utf8_text.begin(), utf8_text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
 void append_completion_logprobs(json& logprobs, const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer,
                                 size_t text_offset) {
   for (const GeneratedToken& t : tokens) {
@@ -88,9 +93,12 @@ void append_completion_logprobs(json& logprobs, const std::vector<GeneratedToken
     logprobs["token_logprobs"].push_back(t.logprob);
     json top = json::object();
     for (const TokenLogprob& alt : t.top) top[token_text(tokenizer, alt.token)] = alt.logprob;
+    // The legacy API always lists the sampled token too (up to logprobs + 1 entries), so that
+    // top_logprobs[i][tokens[i]] is there to look up.
+    if (!top.contains(text)) top[text] = t.logprob;
     logprobs["top_logprobs"].push_back(std::move(top));
     logprobs["text_offset"].push_back(text_offset);
-    text_offset += text.size();
+    text_offset += character_count(text);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/generation_stream.h"
@@ -27,8 +28,12 @@ inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 // Chat: logprobs.content entries {token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}.
 nlohmann::json chat_logprobs_content(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer);
 
+// Unicode characters (code points) in UTF-8 text: the unit of the legacy API's text_offset.
+size_t character_count(std::string_view utf8_text);
+
 // Completions (legacy format): appends to {tokens, token_logprobs, top_logprobs, text_offset};
-// `text_offset` is where the first token's text starts in the choice's text.
+// `text_offset` is where the first token's text starts in the choice's text, in characters. Each
+// top_logprobs entry includes the sampled token.
 void append_completion_logprobs(nlohmann::json& logprobs, const std::vector<GeneratedToken>& tokens,
                                 const Tokenizer& tokenizer, size_t text_offset);
 nlohmann::json empty_completion_logprobs();

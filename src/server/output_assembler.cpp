@@ -11,11 +11,21 @@ DecodeOptions decode_options(OutputMode mode, bool skip_special_tokens) {
 }  // namespace
 
 OutputAssembler::OutputAssembler(const Tokenizer& tokenizer, OutputMode mode, std::vector<std::string> stop_strings,
-                                 bool skip_special_tokens, bool starts_in_reasoning)
-    : mode_(mode),
+                                 bool skip_special_tokens, bool starts_in_reasoning, bool parse_tool_calls)
+    : tokenizer_(tokenizer),
+      mode_(mode),
+      skip_special_tokens_(skip_special_tokens),
+      parse_tool_calls_(parse_tool_calls),
       decoder_(tokenizer, decode_options(mode, skip_special_tokens)),
       stops_(std::move(stop_strings)),
-      parser_(OutputParserOptions{.starts_in_reasoning = starts_in_reasoning}) {}
+      parser_(OutputParserOptions{.starts_in_reasoning = starts_in_reasoning, .parse_tool_calls = parse_tool_calls}) {}
+
+// Chat keeps the special tokens the parser acts on; when the client skips special tokens, the others
+// (<bos>, <pad>, <|think|>, ...) must not reach the content as text.
+bool OutputAssembler::skipped(int32_t token) const {
+  return mode_ == OutputMode::Chat && skip_special_tokens_ && tokenizer_.is_special(token) &&
+         !is_output_marker(tokenizer_.id_to_token(token), parse_tool_calls_);
+}
 
 ParsedOutput OutputAssembler::route(const std::string& text) {
   if (text.empty()) return {};
@@ -26,7 +36,7 @@ ParsedOutput OutputAssembler::route(const std::string& text) {
 }
 
 ParsedOutput OutputAssembler::push(int32_t token) {
-  if (finished_ || stops_.stopped()) return {};
+  if (finished_ || stops_.stopped() || skipped(token)) return {};
   scratch_.clear();
   decoder_.push(token, scratch_);
   ParsedOutput out = route(stops_.push(scratch_));

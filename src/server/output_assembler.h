@@ -18,8 +18,9 @@ enum class OutputMode {
 
 class OutputAssembler {
  public:
+  // parse_tool_calls: chat only, false when the request offered no tools (OutputParserOptions).
   OutputAssembler(const Tokenizer& tokenizer, OutputMode mode, std::vector<std::string> stop_strings,
-                  bool skip_special_tokens, bool starts_in_reasoning);
+                  bool skip_special_tokens, bool starts_in_reasoning, bool parse_tool_calls = true);
 
   // What became certain with this token (often nothing: held back, or an incomplete character).
   ParsedOutput push(int32_t token);
@@ -31,7 +32,12 @@ class OutputAssembler {
  private:
   ParsedOutput route(const std::string& text);
 
+  bool skipped(int32_t token) const;
+
+  Tokenizer tokenizer_;
   OutputMode mode_;
+  bool skip_special_tokens_;
+  bool parse_tool_calls_;
   IncrementalDecoder decoder_;
   StopStringMatcher stops_;
   OutputParser parser_;

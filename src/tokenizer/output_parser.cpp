@@ -76,8 +76,14 @@ bool prompt_opens_reasoning(std::string_view prompt) {
   return prompt.ends_with(std::string(kChannelOpen) + std::string(kThoughtHeader));
 }
 
+bool is_output_marker(std::string_view text, bool tool_calls) {
+  if (!tool_calls && (text == kToolCallOpen || text == kToolCallClose)) return false;
+  return std::find(kMarkers.begin(), kMarkers.end(), text) != kMarkers.end();
+}
+
 OutputParser::OutputParser(OutputParserOptions options)
-    : state_(options.starts_in_reasoning ? State::kReasoning : State::kContent) {}
+    : state_(options.starts_in_reasoning ? State::kReasoning : State::kContent),
+      parse_tool_calls_(options.parse_tool_calls) {}
 
 OutputParser::Delta OutputParser::push(std::string_view text) {
   Delta delta;
@@ -150,10 +156,12 @@ void OutputParser::drain(bool at_end, Delta& delta) {
           return;
         }
         emit_text(std::string_view(pending_).substr(0, hit->pos), delta);
+        if (!parse_tool_calls_ && (hit->marker == kToolCallOpen || hit->marker == kToolCallClose))
+          emit_text(hit->marker, delta);
         pending_.erase(0, hit->pos + hit->marker.size());
         if (is_end_marker(hit->marker)) {
           state_ = State::kEnded;
-        } else if (hit->marker == kToolCallOpen) {
+        } else if (hit->marker == kToolCallOpen && parse_tool_calls_) {
           state_ = State::kToolCall;  // a call also closes an unclosed thought
         } else if (hit->marker == kChannelOpen) {
           if (state_ == State::kContent) state_ = State::kChannelHeader;

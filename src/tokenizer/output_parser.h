@@ -28,7 +28,14 @@ struct OutputParserOptions {
   // True when the prompt already opened the thought channel (it ends with "<|channel>thought\n", as
   // the template's generation prompt does after a tool response with thinking on).
   bool starts_in_reasoning = false;
+  // False when the request offered no tools (or tool_choice "none"): <|tool_call> and <tool_call|>
+  // are then content like any text, as a client that asked for no tools expects no tool_calls.
+  bool parse_tool_calls = true;
 };
+
+// True when `text` is one of the markers the parser acts on (the tool-call pair only when
+// `tool_calls`): what chat output keeps of the special tokens when the client asks to skip them.
+bool is_output_marker(std::string_view text, bool tool_calls);
 
 // True when `prompt` ends inside an open thought channel.
 bool prompt_opens_reasoning(std::string_view prompt);
@@ -52,6 +59,7 @@ class OutputParser {
   void emit_text(std::string_view text, Delta& delta) const;
 
   State state_;
+  bool parse_tool_calls_;
   std::string pending_;           // received, not yet emitted
   size_t tool_call_scanned_ = 0;  // bytes of pending_ known to hold no <tool_call|>
 };

@@ -159,12 +159,13 @@ const checks = {
     const list_of_one = await client.completions.create({ ...greedy, prompt: [prompt], max_tokens: 12 });
     const echoed = await client.completions.create({ ...greedy, prompt, max_tokens: 12, echo: true });
     const logprobs = await client.completions.create({ ...greedy, prompt, max_tokens: 3, logprobs: 2 });
+    const sampled_logprobs = await client.completions.create({ prompt, max_tokens: 12, logprobs: 1, temperature: 1, seed: 7 });
     const defaulted = await client.completions.create({ ...greedy, prompt });
     return {
       full, streamed: chunks.map((c) => c.choices[0]?.text ?? "").join(""),
       stream_finish: chunks.at(-2)?.choices[0]?.finish_reason, stream_usage: chunks.at(-1).usage,
       stream_objects: [...new Set(chunks.map((c) => c.object))],
-      by_ids, list_of_one, echoed, logprobs, defaulted,
+      by_ids, list_of_one, echoed, logprobs, sampled_logprobs, defaulted,
     };
   },
 

@@ -66,6 +66,29 @@ TEST_F(Assembler, ChatSeparatesReasoningContentAndToolCalls) {
   EXPECT_EQ(out.tool_calls[0].arguments, nlohmann::json({{"city", "Paris"}}));
 }
 
+TEST_F(Assembler, ChatSkipsSpecialTokensButTheMarkers) {
+  const std::string text = "<bos>A<pad><|channel>thought\nhm<channel|>B<|think|>C";
+  OutputAssembler skip(*tokenizer_, OutputMode::Chat, {}, true, false);
+  const ParsedOutput out = run(skip, text);
+  EXPECT_EQ(out.reasoning, "hm");
+  EXPECT_EQ(out.content, "ABC");
+  OutputAssembler keep(*tokenizer_, OutputMode::Chat, {}, false, false);
+  EXPECT_EQ(run(keep, text).content, "<bos>A<pad>B<|think|>C");
+}
+
+TEST_F(Assembler, ChatWithoutToolsKeepsACallAsContent) {
+  const std::string text = "Sure <|tool_call>call:f{a:1}<tool_call|>";
+  OutputAssembler tools(*tokenizer_, OutputMode::Chat, {}, true, false, true);
+  EXPECT_EQ(run(tools, text).tool_calls.size(), 1u);
+  // Skipping special tokens drops the call's markers (special tokens) but keeps what the model wrote.
+  OutputAssembler none(*tokenizer_, OutputMode::Chat, {}, true, false, false);
+  const ParsedOutput skipped = run(none, text);
+  EXPECT_TRUE(skipped.tool_calls.empty());
+  EXPECT_EQ(skipped.content, "Sure call:f{a:1}");
+  OutputAssembler kept(*tokenizer_, OutputMode::Chat, {}, false, false, false);
+  EXPECT_EQ(run(kept, text).content, text);
+}
+
 TEST_F(Assembler, ChatPromptThatOpenedReasoning) {
   OutputAssembler a(*tokenizer_, OutputMode::Chat, {}, true, true);
   const ParsedOutput out = run(a, "thinking<channel|>answer");

@@ -161,6 +161,65 @@ TEST(ChatRequest, ToolChoiceNoneLeavesToolsOut) {
   EXPECT_THROW(render(R"(, "tool_choice": "maybe")"), ApiError);
 }
 
+TEST(ChatRequest, ToolCallsAreParsedOnlyWhenToolsWereOffered) {
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])";
+  const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
+  const auto offered = [&](const std::string& extra) {
+    return parse_chat_request(json::parse("{" + messages + extra + "}"), model_defaults()).tools_offered;
+  };
+  EXPECT_FALSE(offered(""));
+  EXPECT_FALSE(offered(R"(, "tools": [])"));
+  EXPECT_TRUE(offered(", " + tools));
+  EXPECT_FALSE(offered(", " + tools + R"(, "tool_choice": "none")"));
+}
+
+// A text-only server must not answer about media it never saw, nor drop fields that change the answer.
+TEST(ChatRequest, RefusesMediaPartsAndUnsupportedFields) {
+  const auto refusal = [](const std::string& body) -> std::pair<std::string, std::string> {
+    try {
+      parse_chat_request(json::parse(body), model_defaults());
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return {e.param, e.what()};
+    }
+    return {"(accepted)", ""};
+  };
+  const auto image = refusal(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "what is it?"},
+      {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})");
+  EXPECT_EQ(image.first, "messages[0].content[1]");
+  EXPECT_THAT(image.second, HasSubstr("'image_url' are not supported"));
+  EXPECT_EQ(refusal(R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type":
+      "input_audio", "input_audio": {"data": "", "format": "wav"}}]}]})").first, "messages[1].content[0]");
+  const std::string messages = R"("messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}])";
+  EXPECT_EQ(refusal("{" + messages + "}").first, "(accepted)");
+  EXPECT_EQ(refusal("{" + messages + R"(, "functions": [{"name": "f", "parameters": {}}]})").first, "functions");
+  EXPECT_EQ(refusal("{" + messages + R"(, "function_call": "auto"})").first, "function_call");
+  EXPECT_EQ(refusal("{" + messages + R"(, "modalities": ["text", "audio"]})").first, "modalities");
+  EXPECT_EQ(refusal("{" + messages + R"(, "modalities": ["text"]})").first, "(accepted)");
+  EXPECT_EQ(refusal("{" + messages + R"(, "audio": {"voice": "alloy", "format": "wav"}})").first, "audio");
+  EXPECT_EQ(refusal("{" + messages + R"(, "best_of": 2})").first, "best_of");
+  EXPECT_EQ(refusal("{" + messages + R"(, "best_of": 1, "min_tokens": 0})").first, "(accepted)");
+  EXPECT_EQ(refusal("{" + messages + R"(, "min_tokens": 5})").first, "min_tokens");
+}
+
+TEST(ChatRequest, ContinueFinalMessageLeavesTheTurnOpen) {
+  const auto prompt = [](const std::string& assistant, const std::string& extra) {
+    return parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": )" + json(assistant).dump() + "}]" + extra + "}"),
+                              model_defaults())
+        .prompt;
+  };
+  const std::string head = "<bos><|turn>user\nHi<turn|>\n<|turn>model\n";
+  EXPECT_EQ(prompt("Sure, here", ""), head + "Sure, here<turn|>\n<|turn>model\n");
+  EXPECT_EQ(prompt("Sure, here", R"(, "continue_final_message": true)"), head + "Sure, here");
+  EXPECT_EQ(prompt("Sure, here", R"(, "continue_final_message": true, "add_generation_prompt": false)"),
+            head + "Sure, here");
+  // The template trims the message; the prompt ends where its text ends, as Hugging Face cuts it.
+  EXPECT_EQ(prompt("  Sure, here ", R"(, "continue_final_message": true)"), head + "Sure, here");
+  EXPECT_THROW(prompt("Sure", R"(, "continue_final_message": true, "add_generation_prompt": true)"), ApiError);
+  EXPECT_THROW(prompt("", R"(, "continue_final_message": true)"), ApiError);
+}
+
 TEST(ChatRequest, RefusalsNameTheField) {
   const auto param_of = [](const std::string& body) -> std::string {
     try {

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <signal.h>
 
 #include "server/server_fixture.h"
@@ -198,6 +200,20 @@ TEST_F(OpenAIServer, TextCompletions) {
   EXPECT_EQ(lp["token_logprobs"].size(), 3u);
   EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
   EXPECT_EQ(lp["text_offset"][0], 0);
+  // Sampled: top_logprobs always hold the sampled token too (up to logprobs + 1 entries), and
+  // text_offset counts characters, as OpenAI's and vLLM's (the random model writes many scripts).
+  const json& sampled = r["sampled_logprobs"]["choices"][0]["logprobs"];
+  ASSERT_EQ(sampled["tokens"].size(), 12u);
+  size_t offset = 0, sampled_below_the_top = 0;
+  for (size_t i = 0; i < 12; ++i) {
+    const std::string token = sampled["tokens"][i];
+    EXPECT_TRUE(sampled["top_logprobs"][i].contains(token)) << i;
+    EXPECT_LE(sampled["top_logprobs"][i].size(), 2u);
+    if (sampled["top_logprobs"][i].size() == 2) ++sampled_below_the_top;
+    EXPECT_EQ(sampled["text_offset"][i], offset) << i;
+    offset += size_t(std::count_if(token.begin(), token.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+  }
+  EXPECT_GT(sampled_below_the_top, 0u) << "temperature 1 on the random model samples below the top token";
   EXPECT_EQ(r["defaulted"]["usage"]["completion_tokens"], 16) << "completions default to 16 tokens, as OpenAI's";
 }
 

@@ -98,6 +98,20 @@ TEST(OutputParser, MalformedToolCallIsReturnedAsContent) {
   EXPECT_EQ(parse_output("<|tool_call>call:f{a:1}}<tool_call|>").content, "<|tool_call>call:f{a:1}}<tool_call|>");
 }
 
+TEST(OutputParser, WithoutToolsACallIsContent) {
+  const OutputParserOptions no_tools{.parse_tool_calls = false};
+  EXPECT_EQ(parse_output("Sure <|tool_call>call:f{a:1}<tool_call|> done", no_tools),
+            expected("", "Sure <|tool_call>call:f{a:1}<tool_call|> done"));
+  EXPECT_EQ(parse_output(sample_outputs()[2], no_tools).tool_calls.size(), 0u);
+  // The other markers still act.
+  EXPECT_EQ(parse_output("<|channel>thought\nhm<channel|><|tool_call>x<turn|>after", no_tools),
+            expected("hm", "<|tool_call>x"));
+  EXPECT_TRUE(is_output_marker("<|tool_call>", true));
+  EXPECT_FALSE(is_output_marker("<|tool_call>", false));
+  EXPECT_TRUE(is_output_marker("<turn|>", false));
+  EXPECT_FALSE(is_output_marker("<bos>", true));
+}
+
 TEST(OutputParser, UnterminatedMarkersAtTheEnd) {
   EXPECT_EQ(parse_output(sample_outputs()[6]), expected("unfinished thinking", ""));
   EXPECT_EQ(parse_output(sample_outputs()[7]), expected("", "Answer then <|tool_call>call:f{a:1"));
