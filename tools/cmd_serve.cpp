@@ -55,6 +55,7 @@ struct ServeOptions {
   int http_threads = 0;
   double shutdown_timeout = 10.0;
   bool no_request_log = false;
+  std::vector<std::string> allowed_origins;
 };
 
 // "2GiB", "512MiB", "1.5G", "64KB", "1000000" -> bytes. The i-forms and bare K/M/G/T are powers
@@ -179,6 +180,7 @@ void serve(const ServeOptions& o) {
     http.max_body_bytes = parse_byte_size("--max-body-bytes", o.max_body_bytes);
     http.connection_threads = o.http_threads > 0 ? o.http_threads : std::min(1024, o.parallel + o.max_queue + 16);
     http.log_requests = !o.no_request_log;
+    http.allowed_origins = o.allowed_origins;
     server = std::make_unique<server::HttpServer>(http);
     port = server->start();
     fmt::print(stderr, "tandem: listening on http://{}:{} (loading the model){}\n", o.host, port,
@@ -306,6 +308,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--served-model-name", o->served_model_name, "Model id in the API (default: the folder name)");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger ones get 413")
       ->capture_default_str();
+  cmd->add_option("--allowed-origins", o->allowed_origins,
+                  "Browser origins that may call the API (CORS), comma-separated, or '*' for any (default: none)")
+      ->delimiter(',');
   cmd->add_option("--http-threads", o->http_threads,
                   "Connections served at once (default: --parallel + --max-queue + 16)");
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout,

@@ -240,6 +240,33 @@ struct HttpServer::Impl {
     return std::nullopt;
   }
 
+  // CORS (--allowed-origins): the origin to name in Access-Control-Allow-Origin, if this request's
+  // Origin may read the answer.
+  std::optional<std::string> allowed_origin(const httplib::Request& req) const {
+    if (!req.has_header("Origin")) return std::nullopt;
+    const std::string origin = req.get_header_value("Origin");
+    for (const std::string& allowed : options.allowed_origins)
+      if (allowed == "*" || allowed == origin) return allowed == "*" ? std::string("*") : origin;
+    return std::nullopt;
+  }
+
+  // A browser's preflight (OPTIONS with Access-Control-Request-Method) from an allowed origin is
+  // answered before the API key is checked: browsers send it without credentials. Every answer to an
+  // allowed origin carries Access-Control-Allow-Origin. Returns true when the request is answered.
+  bool answered_cors(const httplib::Request& req, httplib::Response& res) const {
+    const std::optional<std::string> origin = allowed_origin(req);
+    if (!origin) return false;
+    res.set_header("Access-Control-Allow-Origin", *origin);
+    if (*origin != "*") res.set_header("Vary", "Origin");
+    if (req.method != "OPTIONS" || !req.has_header("Access-Control-Request-Method")) return false;
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+    res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+    res.set_header("Access-Control-Max-Age", "600");
+    return true;
+  }
+
   // The pre-routing handler: what the headers settle is answered before any body is read (with the
   // connection closed where a body follows). cpp-httplib would otherwise read a POST with neither
   // length header until the client hung up (a bare `curl -X POST` waited 30 s), skip a declared
@@ -323,8 +350,8 @@ struct HttpServer::Impl {
 
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       request_log_begin();
-      return answered_from_headers(req, res) ? httplib::Server::HandlerResponse::Handled
-                                             : httplib::Server::HandlerResponse::Unhandled;
+      return answered_cors(req, res) || answered_from_headers(req, res) ? httplib::Server::HandlerResponse::Handled
+                                                                        : httplib::Server::HandlerResponse::Unhandled;
     });
     http.set_expect_100_continue_handler(
         [this](const httplib::Request& req, httplib::Response& res) { return expect_continue(req, res); });

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "server/served_model.h"
 
@@ -19,6 +20,9 @@ struct HttpServerOptions {
   size_t max_body_bytes = size_t(16) << 20;
   int connection_threads = 64;           // concurrent connections served (each stream holds one)
   bool log_requests = true;              // one line per request on stderr
+  // Browser origins allowed to call the API (CORS), e.g. "https://chat.example.com", or "*" for any.
+  // Empty: no CORS headers, so pages on other origins cannot read the answers.
+  std::vector<std::string> allowed_origins;
 };
 
 class HttpServer {

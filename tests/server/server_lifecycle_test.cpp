@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include <cctype>
 #include <chrono>
 #include <thread>
 
@@ -62,6 +63,49 @@ TEST(ServerLifecycle, ApiKeyGuardsEveryRouteButHealth) {
   EXPECT_EQ(r["right_models"], json::array({"m"}));
   EXPECT_EQ(r["right_chat"], "length");
   EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
+// Browsers: an allowed origin's preflight is answered without the key (browsers send none), and
+// every answer to it names the origin; other origins get no CORS headers, nor does a server without
+// --allowed-origins.
+TEST(ServerLifecycle, AllowedOriginsGetCorsHeaders) {
+  const std::string model = need_model();
+  SKIP_WITHOUT_NPM(model);
+  test::ServerProcess server;
+  server.start(model, {"--kv-memory", "64MiB", "--api-key", "k", "--allowed-origins",
+                       "https://app.example,https://other.example"});
+  // Status line and headers of one curl call, lower-cased.
+  const auto headers = [](const std::string& args) {
+    std::string out = test::run("curl -s -o /dev/null -D - " + args).out;
+    for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  const std::string chat = test::shell_quote(server.base_url() + "/v1/chat/completions");
+  const std::string preflight = "-X OPTIONS -H 'Access-Control-Request-Method: POST' "
+                                "-H 'Access-Control-Request-Headers: authorization, content-type' ";
+  const std::string allowed = headers(preflight + "-H 'Origin: https://app.example' " + chat);
+  EXPECT_THAT(allowed, HasSubstr(" 204"));
+  EXPECT_THAT(allowed, HasSubstr("access-control-allow-origin: https://app.example\r\n"));
+  EXPECT_THAT(allowed, HasSubstr("access-control-allow-methods: get, post, options"));
+  EXPECT_THAT(allowed, HasSubstr("access-control-allow-headers: authorization, content-type"));
+  const std::string stranger = headers(preflight + "-H 'Origin: https://evil.example' " + chat);
+  EXPECT_THAT(stranger, ::testing::Not(HasSubstr("access-control-allow-origin")));
+  EXPECT_THAT(stranger, ::testing::Not(HasSubstr(" 204")));
+  const std::string models = test::shell_quote(server.base_url() + "/v1/models");
+  const std::string answer = headers("-H 'Authorization: Bearer k' -H 'Origin: https://other.example' " + models);
+  EXPECT_THAT(answer, HasSubstr(" 200"));
+  EXPECT_THAT(answer, HasSubstr("access-control-allow-origin: https://other.example\r\n"));
+  EXPECT_THAT(answer, HasSubstr("vary: origin"));
+  // A refusal is readable by the page too, so it can tell the user why.
+  EXPECT_THAT(headers("-H 'Origin: https://app.example' " + models), HasSubstr("access-control-allow-origin"));
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+
+  test::ServerProcess closed;
+  closed.start(model, {"--kv-memory", "64MiB"});
+  const std::string none = headers("-H 'Origin: https://app.example' " + test::shell_quote(closed.base_url() + "/v1/models"));
+  EXPECT_THAT(none, HasSubstr(" 200"));
+  EXPECT_THAT(none, ::testing::Not(HasSubstr("access-control-allow-origin")));
+  EXPECT_EQ(closed.stop(SIGTERM), 0);
 }
 
 TEST(ServerLifecycle, ContextLimitAndFullQueue) {
