@@ -1,5 +1,7 @@
 #include "model/quantize_checkpoint.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -125,6 +127,44 @@ void write_json(const std::string& path, const nlohmann::ordered_json& j) {
   if (!out) fail("{}: cannot write", path);
 }
 
+// Files are written into a hidden folder inside the output folder and renamed into place only once
+// all of them are complete, so a failed run (a bad tensor, a full disk, Ctrl-C) leaves the folder as
+// it was, and nothing is ever written through what the folder held before: a shard there that is a
+// link to an input file, or that a server has mapped, keeps its bytes (it is replaced, not rewritten).
+class StagedOutput {
+ public:
+  explicit StagedOutput(const std::string& out_dir)
+      : out_dir_(out_dir), dir_(out_dir + "/.tandem-quantize-" + std::to_string(::getpid())) {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+    fs::create_directories(dir_, ec);
+    if (ec) fail("{}: cannot create folder: {}", dir_, ec.message());
+  }
+  ~StagedOutput() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  StagedOutput(const StagedOutput&) = delete;
+  StagedOutput& operator=(const StagedOutput&) = delete;
+
+  // Where the file `name` is written until commit().
+  std::string path(const std::string& name) {
+    names_.push_back(name);
+    return dir_ + "/" + name;
+  }
+  void commit() {
+    for (const std::string& name : names_) {
+      std::error_code ec;
+      fs::rename(dir_ + "/" + name, out_dir_ + "/" + name, ec);
+      if (ec) fail("{}: cannot move into place: {}", out_dir_ + "/" + name, ec.message());
+    }
+  }
+
+ private:
+  std::string out_dir_, dir_;
+  std::vector<std::string> names_;
+};
+
 }  // namespace
 
 QuantizeSummary quantize_checkpoint(const std::string& in_dir, const std::string& out_dir, WeightFormat type,
@@ -139,6 +179,7 @@ QuantizeSummary quantize_checkpoint(const std::string& in_dir, const std::string
   const Plan plan(files, config);
   fs::create_directories(out_dir, ec);
   if (ec) fail("{}: cannot create folder: {}", out_dir, ec.message());
+  StagedOutput staged(out_dir);
 
   const std::string quant_name(weight_format_name(type));
   const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"tandem_quantization", quant_name}};
@@ -172,7 +213,7 @@ QuantizeSummary quantize_checkpoint(const std::string& in_dir, const std::string
       specs.push_back({t.name + "_scale", DType::F16, {rows, cols / kQuantBlock}});
     }
     if (order.empty()) continue;
-    SafetensorsWriter writer(out_dir + "/" + shard, specs, metadata);
+    SafetensorsWriter writer(staged.path(shard), specs, metadata);
     for (const auto& [t, a] : order) {
       summary.bytes_in += t->nbytes;
       weight_map[t->name] = shard;
@@ -194,16 +235,17 @@ QuantizeSummary quantize_checkpoint(const std::string& in_dir, const std::string
   if (files.files().size() > 1 || file_exists(in_dir + "/model.safetensors.index.json")) {
     nlohmann::ordered_json map = nlohmann::ordered_json::object();
     for (const auto& [name, shard] : weight_map) map[name] = shard;
-    write_json(out_dir + "/model.safetensors.index.json",
+    write_json(staged.path("model.safetensors.index.json"),
                {{"metadata", {{"total_size", summary.bytes_out}, {"tandem_quantization", quant_name}}},
                 {"weight_map", map}});
   }
   for (const char* name : kSideFiles) {
     const std::string from = in_dir + "/" + name;
     if (!file_exists(from)) continue;
-    fs::copy_file(from, out_dir + "/" + name, fs::copy_options::overwrite_existing, ec);
+    fs::copy_file(from, staged.path(name), fs::copy_options::overwrite_existing, ec);
     if (ec) fail("{}: cannot copy into {}: {}", from, out_dir, ec.message());
   }
+  staged.commit();
   return summary;
 }
 

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -132,6 +134,51 @@ TEST(QuantizeCheckpoint, MalformedPairsGiveClearErrors) {
       EXPECT_NE(std::string(e.what()).find(scale), std::string::npos) << e.what();
     }
   }
+}
+
+// Every file of a folder (not descending), name -> bytes.
+std::map<std::string, std::string> folder_files(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir)) files[entry.path().filename().string()] = test::read_file(entry.path());
+  return files;
+}
+
+// Sets the first value of a bf16 tensor of the checkpoint in `dir` to NaN, in whichever shard holds it.
+void poison_first_value(const std::string& dir, const std::string& tensor) {
+  const std::string shard = read_json_file(dir + "/model.safetensors.index.json")["weight_map"][tensor];
+  std::string bytes = test::read_file(dir + "/" + shard);
+  uint64_t header_length = 0;
+  for (int i = 0; i < 8; ++i) header_length |= uint64_t(uint8_t(bytes[size_t(i)])) << (8 * i);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_length));
+  const size_t at = 8 + header_length + header[tensor]["data_offsets"][0].get<size_t>();
+  bytes[at] = char(0xc0), bytes[at + 1] = char(0x7f);  // bf16 0x7fc0, little-endian
+  test::write_file(dir + "/" + shard, bytes);
+}
+
+// A failed run must leave what the output folder held; and writing replaces files, never writes
+// through them (a shard there that links to an input file kept the input; it used to be truncated).
+TEST(QuantizeCheckpoint, AFailedRunLeavesTheOutputFolderAsItWas) {
+  const std::string original_dir = test::synth_checkpoint("tiny");
+  test::TempDir out, poisoned;
+  quantize_checkpoint(original_dir, out.path(), WeightFormat::Q8, false);
+  const auto before = folder_files(out.path());
+  for (const auto& entry : fs::directory_iterator(original_dir)) fs::copy(entry.path(), poisoned.file(entry.path().filename().string()));
+  poison_first_value(poisoned.path(), "model.language_model.layers.1.mlp.down_proj.weight");
+  try {
+    quantize_checkpoint(poisoned.path(), out.path(), WeightFormat::Q4, false);
+    ADD_FAILURE() << "a NaN weight was quantized";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.1.mlp.down_proj"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(folder_files(out.path()), before) << "the earlier checkpoint is intact, and no staging is left";
+  EXPECT_EQ(Gemma4Checkpoint::open(out.path())->weights.embed.format, WeightFormat::Q8);
+
+  test::TempDir linked;
+  const auto inputs = folder_files(original_dir);
+  for (const auto& [name, bytes] : inputs) fs::create_symlink(fs::path(original_dir) / name, linked.file(name));
+  quantize_checkpoint(original_dir, linked.path(), WeightFormat::Q8, false);
+  EXPECT_EQ(folder_files(original_dir), inputs) << "the inputs the links pointed to are untouched";
+  EXPECT_EQ(Gemma4Checkpoint::open(linked.path())->weights.embed.format, WeightFormat::Q8);
 }
 
 TEST(QuantizeCheckpoint, RefusesQuantizedInputAndSameFolder) {
