@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -143,6 +144,11 @@ Gemma4Config Gemma4Config::from_json(const json& root, const std::string& source
   c.max_position_embeddings = f.optional_int("max_position_embeddings", 131072, 1);
   c.rms_norm_eps = float(f.optional_number("rms_norm_eps", 1e-6));
   c.final_logit_softcap = float(f.optional_number("final_logit_softcapping", 0.0));
+  if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps) || c.rms_norm_eps > 1)
+    fail("{}: {}rms_norm_eps must be a small positive number, got {}", source, prefix, c.rms_norm_eps);
+  if (!(c.final_logit_softcap >= 0) || !std::isfinite(c.final_logit_softcap))
+    fail("{}: {}final_logit_softcapping must be 0 (off) or positive, got {}", source, prefix,
+         c.final_logit_softcap);
   c.bos_token_id = f.optional_int("bos_token_id", 2);
   c.pad_token_id = f.optional_int("pad_token_id", 0);
   c.eos_token_ids = Fields(root, source, "").optional_int_list("eos_token_id");

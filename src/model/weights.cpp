@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "core/dtype.h"
@@ -58,6 +60,7 @@ class Binder {
         fail("{}: tensor '{}' must be F16, not {}", s.file, s.name, dtype_name(s.dtype));
       m.scales = s.data;
       m.scale_stride = scale_row_bytes(m.format, cols);
+      refuse_non_finite_scales(s);
     }
     return m;
   }
@@ -65,8 +68,34 @@ class Binder {
   NormWeight vector(const std::string& name, int64_t n) const {
     const TensorInfo& t = tensor(name, {n});
     NormWeight w(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) w[size_t(i)] = element(t, i);
+    for (int64_t i = 0; i < n; ++i) {
+      w[size_t(i)] = element(t, i);
+      if (!std::isfinite(w[size_t(i)]))
+        fail("{}: tensor '{}' holds a non-finite value ({}) at index {}", t.file, t.name, w[size_t(i)], i);
+    }
     return w;
+  }
+
+  // A NaN or Inf f16 scale (exponent bits all set) makes its whole block garbage, which the integer
+  // kernels would carry into plausible-looking logits. Scales are 1/16 (Q8) to 1/8 (Q4) of the codes,
+  // so reading them all costs little next to the load.
+  static void refuse_non_finite_scales(const TensorInfo& s) {
+    // Four scales a word: a lane's exponent bits plus 0x0400 reach bit 15 only when all are set.
+    constexpr uint64_t kExponents = 0x7c007c007c007c00ull, kOne = 0x0400040004000400ull, kTop = 0x8000800080008000ull;
+    const size_t count = s.nbytes / 2, words = count / 4;
+    size_t first_bad = count;
+    for (size_t i = 0; i < words && first_bad == count; ++i) {
+      uint64_t w;
+      std::memcpy(&w, s.data + 8 * i, 8);
+      if (((w & kExponents) + kOne) & kTop) first_bad = 4 * i;
+    }
+    for (size_t i = first_bad == count ? 4 * words : first_bad; i < count; ++i) {
+      uint16_t h;
+      std::memcpy(&h, s.data + 2 * i, 2);
+      if ((h & 0x7c00) == 0x7c00)
+        fail("{}: tensor '{}' holds a non-finite scale (f16 0x{:04x}) at row {}, block {}", s.file, s.name, h,
+             i / size_t(s.shape[1]), i % size_t(s.shape[1]));
+    }
   }
 
   static float element(const TensorInfo& t, int64_t i) {

@@ -1,6 +1,7 @@
-// Gemma4Checkpoint::warm_ple_table: the PLE table's bytes in the page cache, found through the
-// checkpoint's own file mappings (CheckpointFiles::mapping_of).
+// Gemma4Checkpoint: non-finite weights refused; warm_ple_table: the PLE table's bytes in the page
+// cache, found through the checkpoint's own file mappings (CheckpointFiles::mapping_of).
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/memory_bandwidth.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/kernels.h"
@@ -30,6 +32,49 @@ std::pair<size_t, size_t> resident_pages(const uint8_t* p, size_t bytes) {
   size_t in = 0;
   for (unsigned char f : flags) in += f & 1;
   return {in, flags.size()};
+}
+
+// Non-finite weights would come out as plausible tokens (the soft-cap turns NaN logits into -cap, the
+// sampler then picks token 0): norms, layer scalars and quantization scales are refused at load,
+// naming the tensor, and a NaN that reaches the final hidden state stops generation with an error.
+TEST(Checkpoint, NonFiniteWeightsAreRefused) {
+  const std::string original = test::synth_checkpoint("tiny");
+  const std::string prefix = "model.language_model.layers.0.";
+  const auto open_error = [](const std::string& dir) -> std::string {
+    try {
+      Gemma4Checkpoint::open(dir);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(opened)";
+  };
+  for (const char* tensor : {"input_layernorm.weight", "layer_scalar"}) {
+    test::TempDir dir;
+    test::copy_folder_files(original, dir.path());
+    test::overwrite_tensor_start(dir.path(), prefix + tensor, "\x80\x7f");  // bf16 +Inf
+    EXPECT_THAT(open_error(dir.path()), ::testing::HasSubstr(prefix + std::string(tensor) + "' holds a non-finite value"));
+  }
+  test::TempDir quantized;
+  quantize_checkpoint(original, quantized.path(), WeightFormat::Q4, false);
+  test::overwrite_tensor_start(quantized.path(), prefix + "self_attn.q_proj.weight_scale", std::string("\x00\x00\x00\x7e", 4));
+  EXPECT_THAT(open_error(quantized.path()),
+              ::testing::HasSubstr(prefix + "self_attn.q_proj.weight_scale' holds a non-finite scale (f16 0x7e00) at row 0, block 1"));
+
+  test::TempDir matrix;
+  test::copy_folder_files(original, matrix.path());
+  // Token 0's embedding row: the prompt below carries the NaN into the residual stream.
+  test::overwrite_tensor_start(matrix.path(), "model.language_model.embed_tokens.weight", "\xc0\x7f");
+  const auto generated = test::run(test::shell_quote(test::tandem_binary()) + " generate --ids 2,0,6 --max-tokens 2 --model " +
+                                   test::shell_quote(matrix.path()));
+  EXPECT_EQ(generated.exit_code, 1) << generated.out;
+  EXPECT_THAT(generated.err, ::testing::HasSubstr("non-finite value (NaN or Inf) in its final hidden state"));
+
+  test::TempDir config;
+  test::copy_folder_files(original, config.path());
+  nlohmann::json c = nlohmann::json::parse(test::read_file(config.file("config.json")));
+  (c.contains("text_config") ? c["text_config"] : c)["rms_norm_eps"] = -1;
+  test::write_file(config.file("config.json"), c.dump());
+  EXPECT_THAT(open_error(config.path()), ::testing::HasSubstr("rms_norm_eps must be a small positive number"));
 }
 
 TEST(Checkpoint, WarmPleTableReadsTheWholeTableIntoThePageCache) {

@@ -143,18 +143,6 @@ std::map<std::string, std::string> folder_files(const std::string& dir) {
   return files;
 }
 
-// Sets the first value of a bf16 tensor of the checkpoint in `dir` to NaN, in whichever shard holds it.
-void poison_first_value(const std::string& dir, const std::string& tensor) {
-  const std::string shard = read_json_file(dir + "/model.safetensors.index.json")["weight_map"][tensor];
-  std::string bytes = test::read_file(dir + "/" + shard);
-  uint64_t header_length = 0;
-  for (int i = 0; i < 8; ++i) header_length |= uint64_t(uint8_t(bytes[size_t(i)])) << (8 * i);
-  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_length));
-  const size_t at = 8 + header_length + header[tensor]["data_offsets"][0].get<size_t>();
-  bytes[at] = char(0xc0), bytes[at + 1] = char(0x7f);  // bf16 0x7fc0, little-endian
-  test::write_file(dir + "/" + shard, bytes);
-}
-
 // A failed run must leave what the output folder held; and writing replaces files, never writes
 // through them (a shard there that links to an input file kept the input; it used to be truncated).
 TEST(QuantizeCheckpoint, AFailedRunLeavesTheOutputFolderAsItWas) {
@@ -162,8 +150,8 @@ TEST(QuantizeCheckpoint, AFailedRunLeavesTheOutputFolderAsItWas) {
   test::TempDir out, poisoned;
   quantize_checkpoint(original_dir, out.path(), WeightFormat::Q8, false);
   const auto before = folder_files(out.path());
-  for (const auto& entry : fs::directory_iterator(original_dir)) fs::copy(entry.path(), poisoned.file(entry.path().filename().string()));
-  poison_first_value(poisoned.path(), "model.language_model.layers.1.mlp.down_proj.weight");
+  test::copy_folder_files(original_dir, poisoned.path());
+  test::overwrite_tensor_start(poisoned.path(), "model.language_model.layers.1.mlp.down_proj.weight", "\xc0\x7f");
   try {
     quantize_checkpoint(poisoned.path(), out.path(), WeightFormat::Q4, false);
     ADD_FAILURE() << "a NaN weight was quantized";

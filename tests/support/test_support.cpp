@@ -166,6 +166,23 @@ std::string demo_model_with_tokenizer() {
   return path;
 }
 
+void copy_folder_files(const std::string& from, const std::string& to) {
+  for (const auto& entry : std::filesystem::directory_iterator(from))
+    if (entry.is_regular_file()) std::filesystem::copy(entry.path(), to + "/" + entry.path().filename().string());
+}
+
+void overwrite_tensor_start(const std::string& dir, const std::string& tensor, const std::string& bytes) {
+  std::string shard = "model.safetensors";
+  if (std::filesystem::exists(dir + "/model.safetensors.index.json"))
+    shard = nlohmann::json::parse(read_file(dir + "/model.safetensors.index.json"))["weight_map"].at(tensor);
+  std::string data = read_file(dir + "/" + shard);
+  uint64_t header_length = 0;
+  for (int i = 0; i < 8; ++i) header_length |= uint64_t(uint8_t(data[size_t(i)])) << (8 * i);
+  const nlohmann::json header = nlohmann::json::parse(data.substr(8, header_length));
+  data.replace(8 + header_length + header.at(tensor).at("data_offsets")[0].get<size_t>(), bytes.size(), bytes);
+  write_file(dir + "/" + shard, data);
+}
+
 std::vector<int32_t> pseudo_random_ids(int n, int vocab, uint32_t seed) {
   std::vector<int32_t> ids = {2};
   for (int i = 1; i < n; ++i) {

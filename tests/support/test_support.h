@@ -40,6 +40,12 @@ std::string shell_quote(const std::string& s);
 void write_file(const std::string& path, const std::string& content);
 std::string read_file(const std::string& path);
 
+// Copies the files of a folder (a checkpoint) into another, existing one.
+void copy_folder_files(const std::string& from, const std::string& to);
+// Overwrites the first bytes of a tensor's data in the checkpoint at `dir`, in whichever shard holds
+// it (the index's weight map, or model.safetensors): e.g. "\xc0\x7f" makes a bf16 value NaN.
+void overwrite_tensor_start(const std::string& dir, const std::string& tensor, const std::string& bytes);
+
 // A deterministic prompt: <bos> then n-1 ids in [5, vocab), from a small LCG.
 std::vector<int32_t> pseudo_random_ids(int n, int vocab, uint32_t seed);
 
