@@ -56,6 +56,8 @@ void load_vocab(const JsonReader& r, simdjson::ondemand::object vocab, Tokenizer
   batch.reserve(kBatch);
   const auto flush = [&] {
     for (const Entry& e : batch) {
+      if (const auto other = data.tokens.text(e.id))
+        r.fail("model.vocab", "tokens \"{}\" and \"{}\" have the same id {}", *other, e.text, e.id);
       data.tokens.set(e.id, e.text, e.hash);
       if (const int64_t cp = single_code_point(e.text); cp >= 0) data.bpe.chars.set(static_cast<uint32_t>(cp), e.id);
       // Byte fallback looks tokens up by the spelling "<0x%02X>" (upper case).
@@ -70,6 +72,8 @@ void load_vocab(const JsonReader& r, simdjson::ondemand::object vocab, Tokenizer
     int64_t id = -1;
     if (field.value().get_int64().get(id) || id < 0 || id >= INT32_MAX)
       r.fail("model.vocab", "token \"{}\" does not have a valid id", text);
+    if (id >= kMaxTokenId)
+      r.fail("model.vocab", "token \"{}\" has id {}, beyond any vocabulary (at most {})", text, id, kMaxTokenId - 1);
     batch.push_back(Entry{text, static_cast<int32_t>(id), hash_bytes(text)});
     data.tokens.prefetch(batch.back().hash);
     if (batch.size() == kBatch) flush();

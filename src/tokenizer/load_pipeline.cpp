@@ -88,7 +88,7 @@ void load_added_tokens(const JsonReader& r, JsonReader::Array added, TokenizerDa
     const std::string path = fmt::format("added_tokens[{}]", index++);
     const JsonReader::Object o = r.object(e, path);
     const int64_t id = r.integer(r.required(o, "id", path), path + ".id");
-    if (id < 0 || id >= INT32_MAX) r.fail(path + ".id", "invalid id {}", id);
+    if (id < 0 || id >= kMaxTokenId) r.fail(path + ".id", "invalid id {} (ids go up to {})", id, kMaxTokenId - 1);
     const std::string_view content = r.string(r.required(o, "content", path), path + ".content");
     if (content.empty()) r.fail(path + ".content", "an added token cannot be empty");
     for (std::string_view unsupported : {"lstrip", "rstrip", "single_word"})

@@ -1,6 +1,7 @@
 #pragma once
 // The stages of loading tokenizer.json, one per top-level section. Each throws Error naming the
 // file and the JSON path of what it cannot read or does not support.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -13,6 +14,10 @@ namespace tandem::tok {
 // The whole file, `json` followed by at least SIMDJSON_PADDING readable bytes; throws Error naming
 // `origin` and what is wrong.
 std::shared_ptr<const TokenizerData> load_tokenizer_json(simdjson::padded_string_view json, const std::string& origin);
+
+// Tables are indexed by id, so an id far beyond any vocabulary (a corrupt file: "zzz": 1000000000)
+// would allocate gigabytes before anything else was checked: ids above this are refused.
+constexpr int64_t kMaxTokenId = int64_t(1) << 24;
 
 // model.vocab and model.merges (in that order), read On-Demand.
 void load_vocab(const JsonReader& r, simdjson::ondemand::object vocab, TokenizerData& data);

@@ -72,6 +72,10 @@ TEST(LoadErrors, MissingOrWrongModel) {
   expect_load_error(edited("\"unk_token\":\"<unk>\"", "\"unk_token\":\"<nope>\""), {"unk_token", "<nope>"});
   expect_load_error(edited("\"ab\":262", "\"ab\":\"x\""), {"model.vocab", "ab"});
   expect_load_error(edited("\"ab\":262", "\"ab\":-4"), {"model.vocab", "ab"});
+  // An id far past any vocabulary is refused before tables grow to it (it took 3 GB and hung).
+  expect_load_error(edited("\"ab\":262", "\"ab\":1000000000"), {"model.vocab", "ab", "beyond any vocabulary"});
+  // Two tokens with one id would tokenize silently differently.
+  expect_load_error(edited("\"ab\":262", "\"ab\":261"), {"model.vocab", "the same id 261"});
 }
 
 TEST(LoadErrors, BadMerges) {
