@@ -38,6 +38,10 @@ std::vector<int32_t> parse_id_list(const std::string& text) {
   return ids;
 }
 
+const CLI::Validator kNonEmptyPath(
+    [](const std::string& value) { return value.empty() ? std::string("an empty path (leave the option out for the demo model)") : std::string(); },
+    "PATH");
+
 std::string resolve_model_dir(const std::string& model) {
   if (!model.empty()) return model;
   namespace fs = std::filesystem;
@@ -91,7 +95,8 @@ void set_world(std::unique_ptr<Communicator> comm) { g_world = std::move(comm); 
 int default_threads() { return std::max(1, ThreadPool::default_threads() / local_rank_count()); }
 
 void add_model_options(CLI::App& cmd, ModelOptions& o) {
-  cmd.add_option("--model", o.model_dir, "Model folder (Hugging Face layout); default: the demo model");
+  cmd.add_option("--model", o.model_dir, "Model folder (Hugging Face layout); default: the demo model")
+      ->check(kNonEmptyPath);
   cmd.add_option("--backend", o.backend, "cpu (fast path) or reference (float32 reference)")
       ->check(CLI::IsMember({"cpu", "reference"}));
   cmd.add_option("--threads", o.threads, "Threads (default: the CPUs this process may use: its affinity mask, capped by a cgroup CPU quota)");

@@ -21,6 +21,9 @@ std::vector<int32_t> parse_id_list(const std::string& text);  // "2,17,5" -> {2,
 // (random weights) in $TANDEM_DEMO_MODEL or ~/.cache/tandem/demo-model.
 std::string resolve_model_dir(const std::string& model);
 
+// For --model: an empty value (`--model "$UNSET_VAR"`) is an error, not the demo model.
+extern const CLI::Validator kNonEmptyPath;
+
 // DIR/tokenizer.json; Error naming the file if the model folder has none.
 std::string tokenizer_path(const std::string& model_dir);
 

@@ -67,7 +67,8 @@ void inspect(const std::string& model_arg) {
 void register_inspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "Show a checkpoint's config, layer table and tensors");
   auto model = std::make_shared<std::string>();
-  cmd->add_option("--model", *model, "Model folder (Hugging Face layout); default: the demo model");
+  cmd->add_option("--model", *model, "Model folder (Hugging Face layout); default: the demo model")
+      ->check(kNonEmptyPath);
   cmd->callback([model] { inspect(*model); });
 }
 

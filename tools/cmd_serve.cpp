@@ -283,7 +283,8 @@ void serve(const ServeOptions& o) {
 void register_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching (docs/server.md)");
   auto o = std::make_shared<ServeOptions>();
-  cmd->add_option("--model", o->model_dir, "Model folder (Hugging Face layout, with tokenizer.json); default: the demo model");
+  cmd->add_option("--model", o->model_dir, "Model folder (Hugging Face layout, with tokenizer.json); default: the demo model")
+      ->check(kNonEmptyPath);
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on every route but /health "

@@ -324,6 +324,9 @@ TEST(CliErrors, BadInputGivesMessageAndNonZeroExit) {
       {"bench --model " + model + " --prompt 200000 --gen 2", "exceed the model's context"},
       {"bench --model " + model + " --prefill-chunk 0", "--prefill-chunk"},
       {"logits --model /nonexistent --ids 2", "/nonexistent"},
+      // An empty --model (an unset variable) is an error, not the demo model written to the home folder.
+      {"generate --model '' --ids 2", "--model: an empty path"},
+      {"serve --model '' --port 0", "--model: an empty path"},
       {"synth --preset huge --out /tmp/never", "unknown preset"},
   };
   for (const auto& c : cases) {
