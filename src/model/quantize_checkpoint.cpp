@@ -177,6 +177,9 @@ QuantizeSummary quantize_checkpoint(const std::string& in_dir, const std::string
   const CheckpointFiles files(in_dir);
   const Gemma4Config config = Gemma4Config::load(in_dir);
   const Plan plan(files, config);
+  // Binding checks every tensor's shape against config.json, finite norms and what has no place in
+  // the model, so a checkpoint the loader would refuse is refused here, before anything is written.
+  ModelWeights::bind(files, config, ShardPlan{0, 1});
   fs::create_directories(out_dir, ec);
   if (ec) fail("{}: cannot create folder: {}", out_dir, ec.message());
   StagedOutput staged(out_dir);

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -25,6 +27,7 @@ class Binder {
   const TensorInfo& tensor(const std::string& name, const std::vector<int64_t>& expected) const {
     const TensorInfo* t = files_.find(prefix_ + name);
     if (!t) fail("{}: missing tensor '{}'", files_.dir(), prefix_ + name);
+    used_.insert(t->name);
     if (t->shape != expected)
       fail("{}: tensor '{}' has shape {}, but {} implies {}", t->file, t->name, t->shape_string(),
            config_.source, shape_string(expected));
@@ -98,6 +101,34 @@ class Binder {
     }
   }
 
+  // Text-model tensors the config leaves no place for: a layer past num_hidden_layers, PLE tensors
+  // with hidden_size_per_layer_input 0, an unknown weight in a layer. Ignoring them would run another
+  // model than the checkpoint holds, so they are refused. KV-shared layers' k/v (never read) may stay.
+  void refuse_unused_text_tensors() const {
+    for (const auto& file : files_.files())
+      for (const TensorInfo& t : file->tensors()) {
+        if (used_.count(t.name) || !t.name.starts_with(prefix_)) continue;
+        const std::string rest = t.name.substr(prefix_.size());
+        if (rest.starts_with("embed_tokens_per_layer.") || rest.starts_with("per_layer_model_projection.") ||
+            rest.starts_with("per_layer_projection_norm."))
+          fail("{}: tensor '{}' is a per-layer-input (PLE) weight, but {} sets hidden_size_per_layer_input to 0",
+               t.file, t.name, config_.source);
+        if (!rest.starts_with("layers.")) continue;  // outside the decoder layers: not the text model's
+        const size_t dot = rest.find('.', 7);
+        const int64_t layer = std::strtoll(rest.substr(7, dot - 7).c_str(), nullptr, 10);
+        if (layer >= config_.num_layers)
+          fail("{}: tensor '{}' is for layer {}, but {} has {} layers", t.file, t.name, layer, config_.source,
+               config_.num_layers);
+        const std::string what = dot == std::string::npos ? rest : rest.substr(dot + 1);
+        const bool shared_kv = what.starts_with("self_attn.k_proj.") || what.starts_with("self_attn.v_proj.") ||
+                               what.starts_with("self_attn.k_norm.");
+        if (shared_kv && config_.layers[size_t(layer)].shares_kv) continue;
+        fail("{}: tensor '{}' is not a weight of the Gemma 4 layer {} describes; refusing it rather than "
+             "running without it",
+             t.file, t.name, config_.source);
+      }
+  }
+
   static float element(const TensorInfo& t, int64_t i) {
     uint16_t h;
     switch (t.dtype) {
@@ -116,6 +147,7 @@ class Binder {
   const CheckpointFiles& files_;
   const Gemma4Config& config_;
   std::string prefix_;
+  mutable std::set<std::string> used_;
 };
 
 }  // namespace
@@ -181,6 +213,7 @@ ModelWeights ModelWeights::bind(const CheckpointFiles& files, const Gemma4Config
     }
     lw.layer_scalar = b.vector(p + "layer_scalar", 1)[0];
   }
+  b.refuse_unused_text_tensors();
   return w;
 }
 

@@ -169,6 +169,24 @@ TEST(QuantizeCheckpoint, AFailedRunLeavesTheOutputFolderAsItWas) {
   EXPECT_EQ(Gemma4Checkpoint::open(linked.path())->weights.embed.format, WeightFormat::Q8);
 }
 
+// A checkpoint the loader would refuse is refused before anything is written (it used to be
+// quantized into a folder the loader then refused).
+TEST(QuantizeCheckpoint, RefusesWhatTheLoaderWouldRefuse) {
+  test::TempDir in, out;
+  test::copy_folder_files(test::synth_checkpoint("tiny"), in.path());
+  nlohmann::json config = nlohmann::json::parse(test::read_file(in.file("config.json")));
+  nlohmann::json& text = config.contains("text_config") ? config["text_config"] : config;
+  text["intermediate_size"] = text["intermediate_size"].get<int>() * 2;
+  test::write_file(in.file("config.json"), config.dump());
+  try {
+    quantize_checkpoint(in.path(), out.path(), WeightFormat::Q8, false);
+    ADD_FAILURE() << "quantized a checkpoint whose shapes disagree with config.json";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mlp.gate_proj.weight' has shape"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::is_empty(out.path()));
+}
+
 TEST(QuantizeCheckpoint, RefusesQuantizedInputAndSameFolder) {
   const std::string original_dir = test::synth_checkpoint("tiny");
   test::TempDir out, again;

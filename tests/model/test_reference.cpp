@@ -131,6 +131,50 @@ TEST(Checkpoint, UnusedSharedLayerKvAndVisionTensorsAreNotNeeded) {
   EXPECT_NO_THROW(Gemma4Checkpoint::open(dir.path()));
 }
 
+// The golden checkpoint in one file, plus a copy of tensor `source` named `extra`.
+void rewrite_with_extra(const std::string& from, const std::string& to, const std::string& source,
+                        const std::string& extra) {
+  CheckpointFiles files(from);
+  std::vector<TensorSpec> specs;
+  std::vector<const TensorInfo*> kept;
+  for (const TensorInfo* t : files.tensors()) {
+    specs.push_back({t->name, t->dtype, t->shape});
+    kept.push_back(t);
+    if (t->name == source) {
+      specs.push_back({extra, t->dtype, t->shape});
+      kept.push_back(t);
+    }
+  }
+  SafetensorsWriter writer(to + "/model.safetensors", specs);
+  for (const TensorInfo* t : kept) writer.write(t->data, t->nbytes);
+  writer.finish();
+  fs::copy_file(from + "/config.json", to + "/config.json");
+}
+
+// Text-model tensors config.json leaves no place for are refused, not ignored (which would run
+// another model than the checkpoint holds).
+TEST(Checkpoint, TensorsTheConfigHasNoPlaceForAreRefused) {
+  const std::string golden = test::golden_tiny_checkpoint(), p = "model.language_model.";
+  {
+    test::TempDir dir;
+    rewrite_with_extra(golden, dir.path(), p + "layers.0.mlp.gate_proj.weight", p + "layers.99.mlp.gate_proj.weight");
+    EXPECT_THAT(open_error(dir.path()), AllOf(HasSubstr(p + "layers.99.mlp.gate_proj.weight"), HasSubstr("is for layer 99")));
+  }
+  {
+    test::TempDir dir;
+    rewrite_with_extra(golden, dir.path(), p + "layers.2.post_attention_layernorm.weight", p + "layers.2.mlp.bias");
+    EXPECT_THAT(open_error(dir.path()), AllOf(HasSubstr(p + "layers.2.mlp.bias"), HasSubstr("not a weight")));
+  }
+  {
+    test::TempDir dir;
+    rewrite_without(golden, dir.path(), "");
+    auto config = nlohmann::json::parse(test::read_file(dir.file("config.json")));
+    config["text_config"]["hidden_size_per_layer_input"] = 0;
+    test::write_file(dir.file("config.json"), config.dump());
+    EXPECT_THAT(open_error(dir.path()), HasSubstr("sets hidden_size_per_layer_input to 0"));
+  }
+}
+
 TEST(Checkpoint, ShapeThatDisagreesWithConfigIsNamed) {
   test::TempDir dir;
   for (const auto& e : fs::directory_iterator(test::golden_tiny_checkpoint()))
