@@ -42,6 +42,15 @@ const CLI::Validator kNonEmptyPath(
     [](const std::string& value) { return value.empty() ? std::string("an empty path (leave the option out for the demo model)") : std::string(); },
     "PATH");
 
+const CLI::Validator kFiniteNonNegative(
+    [](const std::string& value) {
+      char* end = nullptr;
+      const double number = std::strtod(value.c_str(), &end);
+      const bool ok = end && *end == '\0' && !value.empty() && std::isfinite(number) && number >= 0;
+      return ok ? std::string() : "'" + value + "' is not a finite number >= 0";
+    },
+    "NUMBER>=0");
+
 std::string resolve_model_dir(const std::string& model) {
   if (!model.empty()) return model;
   namespace fs = std::filesystem;
@@ -99,7 +108,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
       ->check(kNonEmptyPath);
   cmd.add_option("--backend", o.backend, "cpu (fast path) or reference (float32 reference)")
       ->check(CLI::IsMember({"cpu", "reference"}));
-  cmd.add_option("--threads", o.threads, "Threads (default: the CPUs this process may use: its affinity mask, capped by a cgroup CPU quota)");
+  cmd.add_option("--threads", o.threads, "Threads (default: the CPUs this process may use: its affinity mask, capped by a cgroup CPU quota)")
+      ->check(CLI::NonNegativeNumber);
   add_kv_dtype_option(cmd, o.kv_dtype);
   cmd.add_option("--weights", o.weights,
                  "resident: copy the streamed weights into huge-page memory (fastest decode); mapped: use them "

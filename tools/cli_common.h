@@ -24,6 +24,9 @@ std::string resolve_model_dir(const std::string& model);
 // For --model: an empty value (`--model "$UNSET_VAR"`) is an error, not the demo model.
 extern const CLI::Validator kNonEmptyPath;
 
+// A finite number >= 0 (CLI11's range checks let NaN through).
+extern const CLI::Validator kFiniteNonNegative;
+
 // DIR/tokenizer.json; Error naming the file if the model folder has none.
 std::string tokenizer_path(const std::string& model_dir);
 

@@ -289,7 +289,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on every route but /health "
                   "(default: $TANDEM_API_KEY, else none)");
-  cmd->add_option("--threads", o->threads, "Compute threads (default: the CPUs this process may use: its affinity mask, capped by a cgroup CPU quota)");
+  cmd->add_option("--threads", o->threads, "Compute threads (default: the CPUs this process may use: its affinity mask, capped by a cgroup CPU quota)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--parallel", o->parallel, "Most sequences generating at once")->capture_default_str();
   cmd->add_option("--max-queue", o->max_queue, "Most requests waiting beyond those; more get 429")->capture_default_str();
   cmd->add_option("--kv-memory", o->kv_memory, "KV cache budget, e.g. 2GiB (default: a quarter of RAM, or of the cgroup's memory limit, 1 to 16 GiB)");
@@ -313,9 +314,11 @@ void register_serve(CLI::App& app) {
                   "Browser origins that may call the API (CORS), comma-separated, or '*' for any (default: none)")
       ->delimiter(',');
   cmd->add_option("--http-threads", o->http_threads,
-                  "Connections served at once (default: --parallel + --max-queue + 16)");
+                  "Connections served at once (default: --parallel + --max-queue + 16)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout,
                   "Seconds open requests may run after SIGINT/SIGTERM before they are cancelled")
+      ->check(kFiniteNonNegative)
       ->capture_default_str();
   cmd->add_flag("--no-request-log", o->no_request_log, "Do not log one line per request on stderr");
   cmd->callback([o] { serve(*o); });

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <tuple>
@@ -153,6 +154,11 @@ Gemma4Config Gemma4Config::from_json(const json& root, const std::string& source
   c.pad_token_id = f.optional_int("pad_token_id", 0);
   c.eos_token_ids = Fields(root, source, "").optional_int_list("eos_token_id");
   if (c.eos_token_ids.empty()) c.eos_token_ids = f.optional_int_list("eos_token_id");
+  for (const auto& [name, id] : {std::pair<const char*, int>{"bos_token_id", c.bos_token_id}, {"pad_token_id", c.pad_token_id}})
+    if (id < 0 || id >= c.vocab_size) f.invalid(name, fmt::format("{} is outside the vocabulary (0..{})", id, c.vocab_size - 1));
+  for (int id : c.eos_token_ids)
+    if (id < 0 || id >= c.vocab_size)
+      fail("{}: eos_token_id {} is outside the vocabulary (0..{})", source, id, c.vocab_size - 1);
 
   if (c.num_heads % num_kv_heads != 0)
     f.invalid("num_attention_heads", "must be a multiple of num_key_value_heads");
@@ -245,6 +251,9 @@ Gemma4Config Gemma4Config::from_json(const json& root, const std::string& source
 
 Gemma4Config Gemma4Config::load(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(model_dir, ec)) fail("{}: no such folder", model_dir);
+  if (!std::filesystem::is_directory(model_dir, ec)) fail("{}: not a folder (a model is a folder with config.json)", model_dir);
   if (!file_exists(path)) fail("{}: missing config.json", model_dir);
   return from_json(read_json_file(path), path);
 }

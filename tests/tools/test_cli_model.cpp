@@ -327,6 +327,11 @@ TEST(CliErrors, BadInputGivesMessageAndNonZeroExit) {
       // An empty --model (an unset variable) is an error, not the demo model written to the home folder.
       {"generate --model '' --ids 2", "--model: an empty path"},
       {"serve --model '' --port 0", "--model: an empty path"},
+      {"logits --model /nonexistent --ids 2", "no such folder"},
+      {"logits --model " + model + "/config.json --ids 2", "not a folder"},
+      {"generate --model " + model + " --ids 2 --threads -1", "--threads"},
+      {"serve --model " + model + " --port 0 --shutdown-timeout nan", "--shutdown-timeout"},
+      {"serve --model " + model + " --port 0 --http-threads -5", "--http-threads"},
       {"synth --preset huge --out /tmp/never", "unknown preset"},
   };
   for (const auto& c : cases) {
