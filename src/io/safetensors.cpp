@@ -97,7 +97,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
     for (const auto& d : shape_json) {
       if (!d.is_number_unsigned()) fail("{}: tensor '{}': shape {} is invalid", path, name, shape_json.dump());
       info.shape.push_back(d.get<int64_t>());
+      // Checked each step: a product past 2^64 bytes could wrap (even in 128 bits) into a size that fits.
       bytes *= d.get<uint64_t>();
+      if (d.get<uint64_t>() > uint64_t(INT64_MAX) || bytes > UINT64_MAX)
+        fail("{}: tensor '{}': shape {} is larger than any file", path, name, shape_json.dump());
     }
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     if (begin > end || end > data_size)

@@ -167,6 +167,19 @@ TEST(Safetensors, NegativeOrNonIntegerShape) {
   EXPECT_THAT(error_of([&] { SafetensorsFile f(path); }), AllOf(HasSubstr("'w'"), HasSubstr("shape")));
 }
 
+// Shapes whose byte count passes 2^64: a 128-bit product wraps too ([2^64, 2^64] of F32 is 0 mod
+// 2^128), and the message used to say "needs 0 bytes".
+TEST(Safetensors, ShapeLargerThanAnyFile) {
+  test::TempDir dir;
+  for (const char* shape : {"[4294967296,4294967296]", "[18446744073709551615,2]",
+                            "[18446744073709551616,18446744073709551616,4]", "[4611686018427388928,2]"}) {
+    const std::string path =
+        write_raw(dir, "big.safetensors",
+                  std::string(R"({"w":{"dtype":"F32","shape":)") + shape + R"(,"data_offsets":[0,0]}})", "");
+    EXPECT_THAT(error_of([&] { SafetensorsFile f(path); }), HasSubstr("'w': shape")) << shape;
+  }
+}
+
 TEST(Safetensors, DuplicateTensorName) {
   test::TempDir dir;
   const std::string path = write_raw(dir, "dup.safetensors",
