@@ -156,6 +156,10 @@ void Sampler::apply_bias_and_penalties(std::span<float> logits) const {
     for (const auto& [t, count] : output_counts_)
       logits[size_t(t)] -= params_.presence_penalty + params_.frequency_penalty * float(count);
   }
+  // Last, so no bias can undo it.
+  if (sampled_ < params_.min_tokens)
+    for (int32_t t : params_.min_tokens_blocked)
+      if (t >= 0 && size_t(t) < logits.size()) logits[size_t(t)] = -INFINITY;
 }
 
 // Temperature, then top-k, top-p and min-p over the candidates in logit order, then a draw.
@@ -238,6 +242,7 @@ SampledToken Sampler::sample(std::span<const float> logits, std::optional<double
   out.token = params_.greedy() ? argmax(warped, maxima_) : sample_warped(warped);
   if (params_.logprobs) out.logprob = float(logits[size_t(out.token)] - normalizer);
   ++output_counts_[out.token];
+  ++sampled_;
   if (params_.repetition_penalty != 1.0f) penalized_.push_back(out.token);
   return out;
 }

@@ -26,12 +26,17 @@ struct SamplingParams {
   bool logprobs = false;
   // OpenAI's logit_bias: (token id, bias) pairs added to the model's logits before the penalties.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // vLLM's min_tokens: the `min_tokens_blocked` ids (the stop tokens) are not sampled until this many
+  // tokens were.
+  int min_tokens = 0;
+  std::vector<int32_t> min_tokens_blocked;
 
   bool greedy() const { return temperature <= 0.0f; }
   // Whether the row is changed before the warpers (penalties or biases): a tensor-parallel step then
   // gathers whole rows, since any token may become a candidate.
   bool adjusts_logits() const {
-    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f || !logit_bias.empty();
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f || !logit_bias.empty() ||
+           (min_tokens > 0 && !min_tokens_blocked.empty());
   }
 };
 
@@ -78,6 +83,7 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int> output_counts_;
+  int sampled_ = 0;                 // tokens returned so far (min_tokens)
   std::vector<int32_t> penalized_;  // prompt and output tokens, for the repetition penalty
   std::vector<int32_t> order_;      // scratch: candidate indices
   std::vector<uint64_t> warp_keys_;  // scratch: the warpers' order over a whole vocabulary

@@ -115,10 +115,13 @@ GenerationParams parse_generation_params(const json& body, const SamplingParams&
 
   p.stop = parse_stop(body);
   p.ignore_eos = optional_bool(body, "ignore_eos").value_or(false);
-  // vLLM's min_tokens keeps the stop tokens from being sampled until that many were generated; that
-  // is not implemented, and ignoring it would end answers earlier than asked.
-  if (const auto min = optional_integer(body, "min_tokens"); min && *min != 0)
-    throw invalid_request("min_tokens", fmt::format("'min_tokens' is not supported (only 0), got {}", *min));
+  // vLLM's min_tokens: the stop tokens are not sampled, nor stop strings matched, before that many.
+  if (const auto min = optional_integer(body, "min_tokens")) {
+    if (*min < 0 || (p.max_tokens > 0 && *min > p.max_tokens))
+      throw invalid_request("min_tokens", fmt::format("'min_tokens' must be in [0, {}] ('{}'), got {}", p.max_tokens,
+                                                      p.max_tokens_param, *min));
+    p.min_tokens = int(*min);
+  }
   p.skip_special_tokens = optional_bool(body, "skip_special_tokens").value_or(true);
   p.stream = optional_bool(body, "stream").value_or(false);
   if (const json* options = optional_object(body, "stream_options", "stream_options")) {

@@ -17,6 +17,7 @@ struct GenerationParams {
   std::string max_tokens_param;        // the field it came from, for context-length errors
   std::vector<std::string> stop;       // stop strings
   bool ignore_eos = false;             // extension (vLLM): run to max_tokens through stop tokens
+  int min_tokens = 0;                  // extension (vLLM): no stop token or stop string before this many
   bool skip_special_tokens = true;     // extension (vLLM): leave <eos>-like tokens out of the text
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage

@@ -72,7 +72,7 @@ GenerationStream::GenerationStream(const RouteContext& context, GenerationJob jo
     : context_(context),
       queue_(std::make_shared<EventQueue>()),
       assembler_(context.model.tokenizer, job.mode, job.params.stop, job.params.skip_special_tokens,
-                 job.starts_in_reasoning, job.parse_tool_calls),
+                 job.starts_in_reasoning, job.parse_tool_calls, job.params.min_tokens),
       arrival_(job.arrival),
       prompt_tokens_(int(job.prompt.size())) {
   Engine& engine = context.model.engine;
@@ -94,6 +94,10 @@ GenerationStream::GenerationStream(const RouteContext& context, GenerationJob jo
   request.sampling = job.params.sampling;
   if (!job.params.ignore_eos)
     request.stop_tokens.assign(context.model.stop_token_ids.begin(), context.model.stop_token_ids.end());
+  if (job.params.min_tokens > 0) {
+    request.sampling.min_tokens = job.params.min_tokens;
+    request.sampling.min_tokens_blocked = request.stop_tokens;
+  }
   // The engine may outlive this stream's interest in the request (a cancelled request still gets its
   // finish event), so the callback holds the queue, never the stream.
   request.on_event = [queue = queue_](const TokenEvent& event) { queue->push(event); };

@@ -11,11 +11,13 @@ DecodeOptions decode_options(OutputMode mode, bool skip_special_tokens) {
 }  // namespace
 
 OutputAssembler::OutputAssembler(const Tokenizer& tokenizer, OutputMode mode, std::vector<std::string> stop_strings,
-                                 bool skip_special_tokens, bool starts_in_reasoning, bool parse_tool_calls)
+                                 bool skip_special_tokens, bool starts_in_reasoning, bool parse_tool_calls,
+                                 int min_tokens)
     : tokenizer_(tokenizer),
       mode_(mode),
       skip_special_tokens_(skip_special_tokens),
       parse_tool_calls_(parse_tool_calls),
+      min_tokens_(min_tokens),
       decoder_(tokenizer, decode_options(mode, skip_special_tokens)),
       stops_(std::move(stop_strings)),
       parser_(OutputParserOptions{.starts_in_reasoning = starts_in_reasoning, .parse_tool_calls = parse_tool_calls}) {}
@@ -36,10 +38,12 @@ ParsedOutput OutputAssembler::route(const std::string& text) {
 }
 
 ParsedOutput OutputAssembler::push(int32_t token) {
+  ++pushed_;
   if (finished_ || stops_.stopped() || skipped(token)) return {};
   scratch_.clear();
   decoder_.push(token, scratch_);
-  ParsedOutput out = route(stops_.push(scratch_));
+  // Before min_tokens no stop string can end the output (the text goes past the matcher).
+  ParsedOutput out = route(pushed_ < min_tokens_ ? scratch_ : stops_.push(scratch_));
   if (stops_.stopped()) out.append(finish());
   return out;
 }

@@ -19,8 +19,10 @@ enum class OutputMode {
 class OutputAssembler {
  public:
   // parse_tool_calls: chat only, false when the request offered no tools (OutputParserOptions).
+  // min_tokens: stop strings are looked for from that token on (vLLM's min_tokens).
   OutputAssembler(const Tokenizer& tokenizer, OutputMode mode, std::vector<std::string> stop_strings,
-                  bool skip_special_tokens, bool starts_in_reasoning, bool parse_tool_calls = true);
+                  bool skip_special_tokens, bool starts_in_reasoning, bool parse_tool_calls = true,
+                  int min_tokens = 0);
 
   // What became certain with this token (often nothing: held back, or an incomplete character).
   ParsedOutput push(int32_t token);
@@ -38,6 +40,8 @@ class OutputAssembler {
   OutputMode mode_;
   bool skip_special_tokens_;
   bool parse_tool_calls_;
+  int min_tokens_;
+  int pushed_ = 0;
   IncrementalDecoder decoder_;
   StopStringMatcher stops_;
   OutputParser parser_;

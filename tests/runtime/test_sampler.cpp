@@ -294,6 +294,23 @@ TEST(Sampler, LogitBiasIsAddedBeforeThePenalties) {
   EXPECT_EQ(l, row());  // the model's row is not changed
 }
 
+TEST(Sampler, MinTokensKeepsTheBlockedIdsOutUntilThatManyWereSampled) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.min_tokens = 3;
+  p.min_tokens_blocked = {1, 4};  // the two best (3.0, 2.5): token 2 (2.0) until three were sampled
+  p.logit_bias = {{4, 50.0f}};    // no bias brings a blocked id back
+  p.logprobs = true;
+  Sampler s(p, {});
+  const std::vector<float> l = row();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(s.sample(l).token, 2) << i;
+  const SampledToken after = s.sample(l);
+  EXPECT_EQ(after.token, 4);
+  EXPECT_NEAR(after.logprob, 2.5 - std::log(std::exp(1.0) + std::exp(3.0) + std::exp(2.0) + std::exp(-1.0) + std::exp(2.5)),
+              1e-5) << "log-probabilities stay the model's";
+  EXPECT_TRUE(p.adjusts_logits());
+}
+
 TEST(Sampler, LogprobsDescribeTheModelDistribution) {
   SamplingParams p;
   p.temperature = 0;

@@ -48,6 +48,19 @@ TEST_F(Assembler, StopStringEndsTheOutput) {
   EXPECT_TRUE(a.stopped_by_string());
 }
 
+TEST_F(Assembler, MinTokensLetsNoStopStringEndTheOutputBeforeThem) {
+  const std::string text = "how now, how are you";
+  const size_t tokens = tokenizer_->encode(text, false).size();
+  OutputAssembler early(*tokenizer_, OutputMode::Text, {"how"}, true, false, true, 0);
+  EXPECT_EQ(run(early, text).content, "");
+  // The first "how" is the first token: with min_tokens 3 only the second one can stop the output.
+  OutputAssembler later(*tokenizer_, OutputMode::Text, {"how"}, true, false, true, 3);
+  EXPECT_EQ(run(later, text).content, "how now, ");
+  EXPECT_TRUE(later.stopped_by_string());
+  OutputAssembler never(*tokenizer_, OutputMode::Text, {"how"}, true, false, true, int(tokens) + 1);
+  EXPECT_EQ(run(never, text).content, text);
+}
+
 TEST_F(Assembler, TextModeSkipsSpecialTokensWhenAsked) {
   OutputAssembler skip(*tokenizer_, OutputMode::Text, {}, true, false);
   EXPECT_EQ(run(skip, "<bos>Hi").content, "Hi");

@@ -199,7 +199,9 @@ TEST(ChatRequest, RefusesMediaPartsAndUnsupportedFields) {
   EXPECT_EQ(refusal("{" + messages + R"(, "audio": {"voice": "alloy", "format": "wav"}})").first, "audio");
   EXPECT_EQ(refusal("{" + messages + R"(, "best_of": 2})").first, "best_of");
   EXPECT_EQ(refusal("{" + messages + R"(, "best_of": 1, "min_tokens": 0})").first, "(accepted)");
-  EXPECT_EQ(refusal("{" + messages + R"(, "min_tokens": 5})").first, "min_tokens");
+  EXPECT_EQ(refusal("{" + messages + R"(, "min_tokens": 5})").first, "(accepted)");
+  EXPECT_EQ(refusal("{" + messages + R"(, "max_tokens": 3, "min_tokens": 5})").first, "min_tokens");
+  EXPECT_EQ(refusal("{" + messages + R"(, "min_tokens": -1})").first, "min_tokens");
 }
 
 TEST(ChatRequest, ContinueFinalMessageLeavesTheTurnOpen) {

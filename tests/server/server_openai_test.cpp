@@ -373,6 +373,23 @@ TEST_F(OpenAIServer, LogitBiasAppliesAndResponseFormatIsRefused) {
   const auto same = post(neutral);
   EXPECT_EQ(same.status, 200) << same.body;
   EXPECT_EQ(same.json()["choices"][0]["text"], plain.json()["choices"][0]["text"]);
+
+  // min_tokens (vLLM's): a bias that makes the end of turn the best token ends the answer at once;
+  // with min_tokens 3 the stop tokens wait three tokens, and no stop string cuts before then.
+  const auto turn_end = test::curl(url("/tokenize") + " -d " + test::shell_quote(json{{"prompt", "<turn|>"}}.dump()));
+  ASSERT_EQ(turn_end.status, 200) << turn_end.body;
+  json ending = base;
+  ending["max_tokens"] = 8;
+  ending["logit_bias"] = {{std::to_string(turn_end.json()["tokens"].back().get<int>()), 100}};
+  const auto at_once = post(ending);
+  ASSERT_EQ(at_once.status, 200) << at_once.body;
+  EXPECT_EQ(at_once.json()["usage"]["completion_tokens"], 0);
+  ending["min_tokens"] = 3;
+  const auto after_three = post(ending);
+  ASSERT_EQ(after_three.status, 200) << after_three.body;
+  EXPECT_EQ(after_three.json()["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(after_three.json()["choices"][0]["finish_reason"], "stop");
+  expect_refused("min_tokens", 9);
 }
 
 // 16 simultaneous streams, a third of them aborted mid-stream: the rest finish, each equal to the same
