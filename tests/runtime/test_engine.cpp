@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "model/checkpoint.h"
@@ -160,6 +161,35 @@ TEST_F(EngineTest, PreemptionUnderMemoryPressureKeepsOutputsExact) {
   EXPECT_GT(engine->stats().preemptions, 0u);
 }
 
+// A waiting prompt that does not fit beside a running sequence waits for it, rather than being
+// admitted on its first chunk, preempted as soon as the running one grows, and readmitted at once
+// (its prefill redone every few steps: hundreds of preemptions).
+TEST_F(EngineTest, APromptThatDoesNotFitWaitsInsteadOfThrashing) {
+  KvCacheOptions o;
+  o.block_size = 16;
+  const size_t sliding = size_t(KvCache::sliding_blocks_per_sequence(ckpt_->config, 16, 32)) * 2 *
+                         KvCache::sliding_block_bytes(ckpt_->config, ckpt_->weights, o);
+  // 24 blocks of 16 positions: A (60 + 250 positions) grows to 20 of them and holds 18 when B arrives;
+  // B's prompt needs 8.
+  auto engine = make_engine(sliding + 24 * KvCache::full_block_bytes(ckpt_->config, ckpt_->weights, o), 2, 32);
+  const std::vector<int32_t> a_prompt = pseudo_random_ids(60, 512, 901), b_prompt = pseudo_random_ids(120, 512, 902);
+  Collector a, b;
+  engine->submit(greedy_request(a_prompt, 250, a));
+  while (true) {  // A is decoding, past 270 positions, before B arrives
+    {
+      std::lock_guard lock(a.mutex);
+      if (a.tokens.size() >= 215) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  engine->submit(greedy_request(b_prompt, 8, b));
+  a.wait();
+  b.wait();
+  EXPECT_EQ(a.tokens, alone_greedy(a_prompt, 250));
+  EXPECT_EQ(b.tokens, alone_greedy(b_prompt, 8));
+  EXPECT_LE(engine->stats().preemptions, 2u);
+}
+
 TEST_F(EngineTest, CancelFreesTheSequence) {
   auto engine = make_engine();
   Collector c;
@@ -253,6 +283,25 @@ TEST_F(EngineTest, FullQueueIsRefused) {
   }
   EXPECT_GT(refused, 0);
   engine.shutdown();  // open requests end as cancelled
+}
+
+// The queue counts requests beyond the slots: on an idle engine, as many requests as slots plus
+// queue places are taken at once, and the next is refused.
+TEST_F(EngineTest, FreeSlotsAreNotQueuePlaces) {
+  EngineOptions o;
+  o.worker.max_slots = 4;
+  o.worker.max_step_tokens = 16;
+  o.worker.kv_memory_bytes = 8 << 20;
+  o.max_waiting = 1;
+  Engine engine(*ckpt_, *ops_, comm_, o);
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (int i = 0; i < 5; ++i) {
+    cs.push_back(std::make_unique<Collector>());
+    EXPECT_NO_THROW(engine.submit(greedy_request(pseudo_random_ids(30, 512, uint32_t(i)), 200, *cs.back()))) << i;
+  }
+  cs.push_back(std::make_unique<Collector>());
+  EXPECT_THROW(engine.submit(greedy_request(pseudo_random_ids(30, 512, 9), 200, *cs.back())), RequestRejected);
+  engine.shutdown();
 }
 
 }  // namespace
