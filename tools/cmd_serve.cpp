@@ -155,9 +155,12 @@ std::shared_ptr<ShutdownSignals> watch_shutdown_signals() {
 
 void serve(const ServeOptions& o) {
   if (o.parallel < 1) fail("--parallel must be at least 1");
-  if (o.max_queue < 1) fail("--max-queue must be at least 1 (every request waits in the queue until a step admits it)");
-  if (o.max_step_tokens < 1) fail("--max-step-tokens must be at least 1");
-  if (o.ctx_size < 0) fail("--ctx-size must be >= 0 (0: the model's limit)");
+  if (o.max_queue < 0) fail("--max-queue must be >= 0 (0: no queue, only the --parallel slots)");
+  if (o.max_step_tokens < o.parallel)
+    fail("--max-step-tokens ({}) must be at least --parallel ({}): a step holds one token of every running sequence",
+         o.max_step_tokens, o.parallel);
+  if (o.ctx_size < 0 || o.ctx_size == 1)
+    fail("--ctx-size must be 0 (the model's limit) or at least 2 (a prompt token and one to generate)");
   if (o.port < 0 || o.port > 65535) fail("--port must be in 0..65535");
   const size_t kv_bytes = o.kv_memory.empty() ? default_kv_memory() : parse_byte_size("--kv-memory", o.kv_memory);
   std::string api_key = o.api_key;

@@ -258,9 +258,15 @@ TEST(ServerLifecycle, RefusesBadOptions) {
   auto r = test::run(tandem + " serve --port 0 --kv-memory lots");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("--kv-memory: 'lots' is not a size"));
-  r = test::run(tandem + " serve --port 0 --max-queue 0");
+  r = test::run(tandem + " serve --port 0 --max-queue -1");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("--max-queue"));
+  r = test::run(tandem + " serve --port 0 --parallel 8 --max-step-tokens 4");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--max-step-tokens (4) must be at least --parallel (8)"));
+  r = test::run(tandem + " serve --port 0 --ctx-size 1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--ctx-size"));
   r = test::run(tandem + " serve --port 0 --kv-dtype f8");
   EXPECT_NE(r.exit_code, 0);
 }
