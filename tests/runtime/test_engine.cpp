@@ -62,6 +62,15 @@ class EngineTest : public ::testing::Test {
     o.sampling_pool = pool_.get();  // as `tandem serve` runs it
     return std::make_unique<Engine>(*ckpt_, *ops_, comm_, o);
   }
+  // KV memory for `full_blocks` blocks of 16 positions in the full-attention layers, and the sliding
+  // layers' windows of `sequences` sequences (with 32-token steps).
+  size_t kv_bytes_of(int full_blocks, int sequences) const {
+    KvCacheOptions o;
+    o.block_size = 16;
+    return size_t(KvCache::sliding_blocks_per_sequence(ckpt_->config, 16, 32)) * size_t(sequences) *
+               KvCache::sliding_block_bytes(ckpt_->config, ckpt_->weights, o) +
+           size_t(full_blocks) * KvCache::full_block_bytes(ckpt_->config, ckpt_->weights, o);
+  }
   std::vector<int32_t> alone_greedy(const std::vector<int32_t>& prompt, int n) {
     FastSequenceModel m(*ckpt_, *ops_, comm_, 512, 32);
     std::vector<int32_t> out;
@@ -141,11 +150,7 @@ TEST_F(EngineTest, ConcurrentRequestsSampleTheirOwnRows) {
 TEST_F(EngineTest, PreemptionUnderMemoryPressureKeepsOutputsExact) {
   // A pool too small for all sequences at once (24 blocks of 16 positions for full-attention
   // layers, ~500 positions needed): some are preempted and recomputed.
-  KvCacheOptions o;
-  o.block_size = 16;
-  const size_t sliding = size_t(KvCache::sliding_blocks_per_sequence(ckpt_->config, 16, 32)) * 8 *
-                         KvCache::sliding_block_bytes(ckpt_->config, ckpt_->weights, o);
-  auto engine = make_engine(sliding + 24 * KvCache::full_block_bytes(ckpt_->config, ckpt_->weights, o), 8, 32);
+  auto engine = make_engine(kv_bytes_of(24, 8), 8, 32);
   const int n = 8;
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < n; ++i) prompts.push_back(pseudo_random_ids(20 + 3 * i, 512, 700 + i));
@@ -165,13 +170,9 @@ TEST_F(EngineTest, PreemptionUnderMemoryPressureKeepsOutputsExact) {
 // admitted on its first chunk, preempted as soon as the running one grows, and readmitted at once
 // (its prefill redone every few steps: hundreds of preemptions).
 TEST_F(EngineTest, APromptThatDoesNotFitWaitsInsteadOfThrashing) {
-  KvCacheOptions o;
-  o.block_size = 16;
-  const size_t sliding = size_t(KvCache::sliding_blocks_per_sequence(ckpt_->config, 16, 32)) * 2 *
-                         KvCache::sliding_block_bytes(ckpt_->config, ckpt_->weights, o);
   // 24 blocks of 16 positions: A (60 + 250 positions) grows to 20 of them and holds 18 when B arrives;
   // B's prompt needs 8.
-  auto engine = make_engine(sliding + 24 * KvCache::full_block_bytes(ckpt_->config, ckpt_->weights, o), 2, 32);
+  auto engine = make_engine(kv_bytes_of(24, 2), 2, 32);
   const std::vector<int32_t> a_prompt = pseudo_random_ids(60, 512, 901), b_prompt = pseudo_random_ids(120, 512, 902);
   Collector a, b;
   engine->submit(greedy_request(a_prompt, 250, a));
