@@ -272,6 +272,9 @@ void Engine::step() {
     SampledToken& t = sampled.token;
     if (r.generated == 0) stat_prompt_ += uint64_t(r.prompt_tokens);
     if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), t.token) != r.stop_tokens.end()) {
+      // Not part of the output, but generated: counted in completion_tokens as vLLM counts it.
+      ++r.generated;
+      ++stat_generated_;
       finish(r, FinishReason::Stop, t.token);
       requests_.erase(seq->id);
       continue;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 
@@ -161,6 +162,8 @@ GenerationUpdate GenerationStream::next(std::chrono::milliseconds wait) {
     }
     if (e.finish == FinishReason::None || finished_) continue;
     engine_done_ = true;
+    // The engine's count includes a stop token, which sends no token event.
+    completion_tokens_ = std::max(completion_tokens_, e.completion_tokens);
     update.delta.append(assembler_.finish());
     switch (e.finish) {
       case FinishReason::Stop:

@@ -28,6 +28,7 @@ struct Collector {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   FinishReason finish = FinishReason::None;
+  int completion_tokens = 0;  // the finish event's count
   bool done = false;
   std::function<void(const TokenEvent&)> callback() {
     return [this](const TokenEvent& e) {
@@ -35,6 +36,7 @@ struct Collector {
       if (e.token >= 0) tokens.push_back(e.token), logprobs.push_back(e.logprob);
       if (e.finish != FinishReason::None) {
         finish = e.finish;
+        completion_tokens = e.completion_tokens;
         done = true;
         done_cv.notify_all();
       }
@@ -226,6 +228,7 @@ TEST_F(EngineTest, StopTokenEndsTheRequestWithoutBeingEmitted) {
   EXPECT_EQ(c.finish, FinishReason::Stop);
   const auto first = std::find(expected.begin(), expected.end(), expected[3]);
   EXPECT_EQ(c.tokens, std::vector<int32_t>(expected.begin(), first));
+  EXPECT_EQ(c.completion_tokens, int(c.tokens.size()) + 1) << "the stop token is counted, as vLLM counts it";
 }
 
 TEST_F(EngineTest, SeededSamplingIsReproducible) {
