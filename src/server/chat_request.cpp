@@ -92,8 +92,6 @@ void refuse_unsupported_chat_fields(const json& body) {
       if (!m.is_string() || m.get<std::string>() != "text")
         throw invalid_request("modalities", "only the \"text\" modality is supported, got " + m.dump());
   }
-  if (const auto best_of = optional_integer(body, "best_of"); best_of && *best_of != 1)
-    throw invalid_request("best_of", "only best_of=1 is supported");
 }
 
 // The text of the final message, for continue_final_message: its string content, or its last text part.

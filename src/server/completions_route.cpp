@@ -210,8 +210,6 @@ void handle_completions(const RouteContext& context, const std::string& request_
   }
   if (const auto suffix = optional_string(body, "suffix"); suffix && !suffix->empty())
     throw invalid_request("suffix", "'suffix' (insertion) is not supported");
-  if (const auto best_of = optional_integer(body, "best_of"); best_of && *best_of != 1)
-    throw invalid_request("best_of", "only best_of=1 is supported");
   const bool echo = optional_bool(body, "echo").value_or(false);
   if (echo && info.logprobs)
     throw invalid_request("echo", "'echo' together with 'logprobs' is not supported (no prompt logprobs)");

@@ -59,6 +59,8 @@ GenerationParams parse_generation_params(const json& body, const SamplingParams&
 
   if (const auto n = optional_integer(body, "n"); n && *n != 1)
     throw invalid_request("n", fmt::format("only n=1 is supported (one choice per request), got {}", *n));
+  if (const auto best_of = optional_integer(body, "best_of"); best_of && *best_of != 1)
+    throw invalid_request("best_of", "only best_of=1 is supported");
 
   // OpenAI's logit_bias: {"token id": bias in [-100, 100]}; ids are checked against the vocabulary
   // with the prompt's (GenerationStream).
