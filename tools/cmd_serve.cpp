@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <csignal>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
@@ -171,6 +172,13 @@ void serve(const ServeOptions& o) {
   // execute the steps it broadcasts.
   Communicator& comm = world();
   const bool leader = comm.rank() == 0;
+  // mpirun forwards SIGINT/SIGTERM to every rank. Rank 0 drains and then sends the followers the
+  // Shutdown plan; a follower that died on the signal instead made mpirun end the job mid-drain (open
+  // streams cut without [DONE], exit status 1).
+  if (!leader) {
+    std::signal(SIGINT, SIG_IGN);
+    std::signal(SIGTERM, SIG_IGN);
+  }
   std::shared_ptr<ShutdownSignals> signals;
   std::unique_ptr<server::HttpServer> server;
   int port = o.port;

@@ -18,6 +18,10 @@ class Communicator {
   // Every rank contributes `count` bytes; `out` receives size() * count bytes in rank order.
   virtual void all_gather(const void* in, void* out, size_t count) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // A broadcast the other ranks may wait on for long (a follower waiting for the next step of an idle
+  // server): they poll and sleep between polls instead of spinning a core. Every rank must call this
+  // one, not broadcast(), for the same message. At most 8 bytes.
+  virtual void broadcast_idle_wait(void* data, size_t bytes, int root) { broadcast(data, bytes, root); }
   virtual void barrier() = 0;
   // Ends the whole job (all ranks) after a fatal error on this one.
   [[noreturn]] virtual void abort_job(int code) = 0;

@@ -38,13 +38,13 @@ namespace {
 void broadcast_plan(Communicator& comm, const StepPlan& plan) {
   std::vector<uint8_t> bytes = plan.serialize();
   uint64_t size = bytes.size();
-  comm.broadcast(&size, sizeof size, 0);
+  comm.broadcast_idle_wait(&size, sizeof size, 0);
   comm.broadcast(bytes.data(), bytes.size(), 0);
 }
 
 StepPlan receive_plan(Communicator& comm) {
   uint64_t size = 0;
-  comm.broadcast(&size, sizeof size, 0);
+  comm.broadcast_idle_wait(&size, sizeof size, 0);  // between steps the followers wait here
   std::vector<uint8_t> bytes(size);
   comm.broadcast(bytes.data(), bytes.size(), 0);
   return StepPlan::deserialize(bytes.data(), bytes.size());

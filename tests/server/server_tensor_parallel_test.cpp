@@ -1,6 +1,6 @@
 // `tandem serve` under mpirun: rank 0 serves HTTP and runs the engine, rank 1 follows its step
 // plans. Greedy answers and log-probabilities equal the single-rank server's, concurrent requests
-// work, and a signal to mpirun shuts every rank down cleanly.
+// work, and a signal to rank 0 shuts every rank down cleanly.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
