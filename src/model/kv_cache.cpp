@@ -48,11 +48,13 @@ KvCacheOptions KvCache::plan(const Gemma4Config& c, const ModelWeights& w, size_
   const size_t sliding_bytes = sliding_block_bytes(c, w, o), full_bytes = full_block_bytes(c, w, o);
   if (sliding_bytes > 0) o.sliding_blocks = sliding_blocks_per_sequence(c, block_size, max_chunk) * max_sequences;
   const size_t sliding_total = size_t(o.sliding_blocks) * sliding_bytes;
-  if (sliding_total >= budget)
-    fail("--kv-memory of {:.0f} MiB is too small: the sliding-window layers of {} sequences alone need {:.0f} MiB",
-         budget / 1048576.0, max_sequences, sliding_total / 1048576.0);
+  // The sliding-window layers' windows of every sequence, and at least one block of context.
+  const size_t needed = sliding_total + full_bytes;
+  if (budget < needed || budget == 0)
+    fail("--kv-memory of {:.2f} MiB is too small: {} sequences (--parallel) need at least {:.2f} MiB (their "
+         "sliding-window layers {:.2f} MiB, and one block of context)",
+         budget / 1048576.0, max_sequences, needed / 1048576.0, sliding_total / 1048576.0);
   o.full_blocks = full_bytes > 0 ? int64_t((budget - sliding_total) / full_bytes) : 0;
-  if (full_bytes > 0 && o.full_blocks < 1) fail("--kv-memory is too small for one block of context");
   return o;
 }
 

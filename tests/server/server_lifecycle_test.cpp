@@ -264,6 +264,11 @@ TEST(ServerLifecycle, RefusesBadOptions) {
   r = test::run(tandem + " serve --port 0 --parallel 8 --max-step-tokens 4");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("--max-step-tokens (4) must be at least --parallel (8)"));
+  if (const std::string model = need_model(); !model.empty()) {  // its sliding-window layers: ~1 MiB a sequence
+    r = test::run(tandem + " serve --port 0 --kv-memory 1MiB --parallel 4 --model " + test::shell_quote(model));
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.err, HasSubstr("--kv-memory of 1.00 MiB is too small: 4 sequences (--parallel) need at least"));
+  }
   r = test::run(tandem + " serve --port 0 --ctx-size 1");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("--ctx-size"));
