@@ -55,12 +55,13 @@ class EngineTest : public ::testing::Test {
     pool_ = std::make_unique<ThreadPool>(2);
     ops_ = std::make_unique<cpu::CpuOps>(*pool_);
   }
-  std::unique_ptr<Engine> make_engine(size_t kv_bytes = 32 << 20, int slots = 8, int step_tokens = 64) {
+  std::unique_ptr<Engine> make_engine(size_t kv_bytes = 32 << 20, int slots = 8, int step_tokens = 64,
+                                      int max_waiting = 64) {
     EngineOptions o;
     o.worker.max_slots = slots;
     o.worker.max_step_tokens = step_tokens;
     o.worker.kv_memory_bytes = kv_bytes;
-    o.max_waiting = 64;
+    o.max_waiting = max_waiting;
     o.sampling_pool = pool_.get();  // as `tandem serve` runs it
     return std::make_unique<Engine>(*ckpt_, *ops_, comm_, o);
   }
@@ -268,12 +269,8 @@ TEST_F(EngineTest, RejectsBadRequests) {
 }
 
 TEST_F(EngineTest, FullQueueIsRefused) {
-  EngineOptions o;
-  o.worker.max_slots = 1;
-  o.worker.max_step_tokens = 16;
-  o.worker.kv_memory_bytes = 8 << 20;
-  o.max_waiting = 2;
-  Engine engine(*ckpt_, *ops_, comm_, o);
+  auto engine_owner = make_engine(8 << 20, 1, 16, 2);
+  Engine& engine = *engine_owner;
   std::vector<std::unique_ptr<Collector>> cs;
   int refused = 0;
   for (int i = 0; i < 10; ++i) {
@@ -292,12 +289,8 @@ TEST_F(EngineTest, FullQueueIsRefused) {
 // The queue counts requests beyond the slots: on an idle engine, as many requests as slots plus
 // queue places are taken at once, and the next is refused.
 TEST_F(EngineTest, FreeSlotsAreNotQueuePlaces) {
-  EngineOptions o;
-  o.worker.max_slots = 4;
-  o.worker.max_step_tokens = 16;
-  o.worker.kv_memory_bytes = 8 << 20;
-  o.max_waiting = 1;
-  Engine engine(*ckpt_, *ops_, comm_, o);
+  auto engine_owner = make_engine(8 << 20, 4, 16, 1);
+  Engine& engine = *engine_owner;
   std::vector<std::unique_ptr<Collector>> cs;
   for (int i = 0; i < 5; ++i) {
     cs.push_back(std::make_unique<Collector>());
