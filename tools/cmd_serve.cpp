@@ -49,6 +49,7 @@ struct ServeOptions {
   int max_step_tokens = 256;
   std::string kv_dtype = "auto";
   bool kv_prefault = false;
+  bool no_prefix_cache = false;
   std::string weights = "resident";
   std::string weight_layout = "auto";
   std::string served_model_name;
@@ -232,6 +233,7 @@ void serve(const ServeOptions& o) {
   engine_options.worker.kv_memory_bytes = kv_bytes;
   engine_options.worker.kv_dtype = kv_dtype_option(o.kv_dtype, checkpoint->weights);
   engine_options.worker.kv_prefault = o.kv_prefault;
+  engine_options.prefix_reuse = !o.no_prefix_cache;
   engine_options.max_waiting = o.max_queue;
   engine_options.context_limit = o.ctx_size;
   engine_options.sampling_pool = &pool;
@@ -318,6 +320,9 @@ void register_serve(CLI::App& app) {
   cmd->add_flag("--kv-prefault", o->kv_prefault,
                 "Back the whole KV budget with memory at start-up (huge pages where allowed) instead of as "
                 "sequences first use it: no page faults in the steps, the memory committed up front");
+  cmd->add_flag("--no-prefix-cache", o->no_prefix_cache,
+                "Give an ended request's KV blocks back at once instead of keeping them for the next prompt that "
+                "starts the same (the next turn of a chat prefills only its new tokens)");
   cmd->add_option("--served-model-name", o->served_model_name, "Model id in the API (default: the folder name)");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger ones get 413")
       ->capture_default_str();

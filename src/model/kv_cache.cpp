@@ -46,7 +46,10 @@ KvCacheOptions KvCache::plan(const Gemma4Config& c, const ModelWeights& w, size_
   o.block_size = block_size;
   o.dtype = dtype;
   const size_t sliding_bytes = sliding_block_bytes(c, w, o), full_bytes = full_block_bytes(c, w, o);
-  if (sliding_bytes > 0) o.sliding_blocks = sliding_blocks_per_sequence(c, block_size, max_chunk) * max_sequences;
+  if (sliding_bytes > 0) {
+    o.sliding_blocks_per_sequence = sliding_blocks_per_sequence(c, block_size, max_chunk);
+    o.sliding_blocks = o.sliding_blocks_per_sequence * max_sequences;
+  }
   const size_t sliding_total = size_t(o.sliding_blocks) * sliding_bytes;
   // The sliding-window layers' windows of every sequence, and at least one block of context.
   const size_t needed = sliding_total + full_bytes;
@@ -176,17 +179,34 @@ std::pair<int64_t, int64_t> KvCache::blocks_needed(const KvSequenceBlocks& seq, 
   if (options_.sliding_blocks > 0) {
     const int64_t first = seq.sliding.empty() ? first_visible_block(seq.length) : seq.sliding_first;
     sliding = std::max<int64_t>(0, last_block + 1 - (first + int64_t(seq.sliding.size())));
+    sliding -= sliding_blocks_to_drop(seq, sliding);
   }
   return {full, sliding};
 }
 
+int64_t KvCache::sliding_blocks_to_drop(const KvSequenceBlocks& seq, int64_t new_blocks) const {
+  if (seq.sliding.empty()) return 0;
+  const int64_t over = int64_t(seq.sliding.size()) + new_blocks - options_.sliding_blocks_per_sequence;
+  const int64_t unseen = std::max<int64_t>(0, first_visible_block(seq.length) - seq.sliding_first);
+  return std::clamp<int64_t>(over, 0, unseen);
+}
+
 bool KvCache::reserve(KvSequenceBlocks& seq, int end) {
-  const auto [full_needed, sliding_needed] = blocks_needed(seq, end);
-  if (full_needed > free_full_blocks() || sliding_needed > free_sliding_blocks()) return false;
+  const auto [full_needed, sliding_net] = blocks_needed(seq, end);
+  if (full_needed > free_full_blocks() || sliding_net > free_sliding_blocks()) return false;
   if (options_.sliding_blocks > 0 && seq.sliding.empty()) seq.sliding_first = first_visible_block(seq.length);
   for (int64_t i = 0; i < full_needed; ++i) {
     seq.full.push_back(free_full_.back());
     free_full_.pop_back();
+  }
+  int64_t sliding_needed = 0;
+  if (options_.sliding_blocks > 0 && end > seq.length)
+    sliding_needed = std::max<int64_t>(
+        0, (int64_t(end) - 1) / options_.block_size + 1 - (seq.sliding_first + int64_t(seq.sliding.size())));
+  for (int64_t i = sliding_blocks_to_drop(seq, sliding_needed); i > 0; --i) {
+    free_sliding_.push_back(seq.sliding.front());
+    seq.sliding.erase(seq.sliding.begin());
+    ++seq.sliding_first;
   }
   for (int64_t i = 0; i < sliding_needed; ++i) {
     seq.sliding.push_back(free_sliding_.back());
@@ -197,7 +217,8 @@ bool KvCache::reserve(KvSequenceBlocks& seq, int end) {
 
 void KvCache::trim_window(KvSequenceBlocks& seq) {
   const int64_t keep_from = first_visible_block(seq.length);  // the next query is at seq.length
-  while (!seq.sliding.empty() && seq.sliding_first < keep_from) {
+  while (!seq.sliding.empty() && seq.sliding_first < keep_from &&
+         int64_t(seq.sliding.size()) > options_.sliding_blocks_per_sequence) {
     free_sliding_.push_back(seq.sliding.front());
     seq.sliding.erase(seq.sliding.begin());
     ++seq.sliding_first;
@@ -208,6 +229,28 @@ void KvCache::release(KvSequenceBlocks& seq) {
   free_full_.insert(free_full_.end(), seq.full.begin(), seq.full.end());
   free_sliding_.insert(free_sliding_.end(), seq.sliding.begin(), seq.sliding.end());
   seq = KvSequenceBlocks{};
+}
+
+std::optional<KvSequenceBlocks> KvCache::truncated(const KvSequenceBlocks& seq, int length) const {
+  if (length < 0 || length > seq.length) return std::nullopt;
+  KvSequenceBlocks cut = seq;
+  cut.length = length;
+  const int64_t blocks = full_blocks_for(length);  // logical blocks [0, blocks) hold [0, length)
+  if (int64_t(cut.full.size()) > blocks) cut.full.resize(size_t(blocks));
+  if (!cut.sliding.empty()) {
+    if (cut.sliding_first > first_visible_block(length)) return std::nullopt;
+    const int64_t keep = std::max<int64_t>(0, blocks - cut.sliding_first);
+    if (int64_t(cut.sliding.size()) > keep) cut.sliding.resize(size_t(keep));
+  }
+  return cut;
+}
+
+void KvCache::truncate(KvSequenceBlocks& seq, int length) {
+  std::optional<KvSequenceBlocks> cut = truncated(seq, length);
+  if (!cut) fail("cannot cut a sequence of {} positions back to {}: its sliding window has moved on", seq.length, length);
+  free_full_.insert(free_full_.end(), seq.full.begin() + int64_t(cut->full.size()), seq.full.end());
+  free_sliding_.insert(free_sliding_.end(), seq.sliding.begin() + int64_t(cut->sliding.size()), seq.sliding.end());
+  seq = std::move(*cut);
 }
 
 double KvCache::usage() const {

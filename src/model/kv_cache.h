@@ -5,6 +5,7 @@
 // gives older ones back as it advances). Only layers that compute their own K/V have storage;
 // KV-shared layers read their donor's. Each sequence owns a small block table per pool.
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,10 @@ struct KvCacheOptions {
   KvDType dtype = KvDType::F32;
   int64_t full_blocks = 0;
   int64_t sliding_blocks = 0;
+  // The most sliding blocks one sequence holds (its share of the sliding pool: its window and a
+  // chunk). A sequence keeps blocks that left its window up to this many, so that prefix reuse can
+  // cut it back past its window; 0: it gives them back at once.
+  int64_t sliding_blocks_per_sequence = 0;
   // Back the whole pool with memory at start-up (see prefault_fresh_pages) instead of page by page
   // as blocks are first written: steadier step times, and the memory is committed up front.
   bool prefault = false;
@@ -61,22 +66,32 @@ class KvCache {
 
   // Full-pool blocks needed to store positions [0, length).
   int64_t full_blocks_for(int length) const;
-  // Blocks (full, sliding) that reserve(seq, end) would take from the pools.
+  // Blocks (full, sliding) that reserve(seq, end) would take from the pools (for sliding layers, net
+  // of the blocks left of the window it gives back to stay within its share).
   std::pair<int64_t, int64_t> blocks_needed(const KvSequenceBlocks& seq, int end) const;
   // Allocates the blocks positions [seq.length, end) need, keeping what sliding layers can still
-  // see. Returns false and changes nothing when a pool is short.
+  // see (and older blocks within the sequence's share). Returns false and changes nothing when a
+  // pool is short.
   bool reserve(KvSequenceBlocks& seq, int end);
   // Backs the storage of the `full` and `sliding` lowest-numbered blocks of each pool with memory
   // now (prefault_fresh_pages), before any step has written the cache: a pool hands its lowest
   // blocks out first, so a caller that knows how many it will use keeps page faults out of its
   // steps without committing the rest of the pool.
   void prefault_blocks(int64_t full, int64_t sliding);
-  // After a step that stored up to seq.length: returns sliding blocks no later query can see.
+  // After a step that stored up to seq.length: returns sliding blocks no later query can see, but
+  // those within the sequence's share (KvCacheOptions::sliding_blocks_per_sequence).
   void trim_window(KvSequenceBlocks& seq);
   void release(KvSequenceBlocks& seq);
+  // The block table of `seq` cut back to its first `length` positions, for a sequence that goes on
+  // from there (prefix reuse); nullopt where a sliding layer has given back a block that a query at
+  // `length` still sees. Changes nothing: truncate() does the cut.
+  std::optional<KvSequenceBlocks> truncated(const KvSequenceBlocks& seq, int length) const;
+  // Cuts `seq` to truncated(seq, length), returning the blocks past it to the pools.
+  void truncate(KvSequenceBlocks& seq, int length);
 
   int64_t free_full_blocks() const { return int64_t(free_full_.size()); }
   int64_t free_sliding_blocks() const { return int64_t(free_sliding_.size()); }
+  int64_t total_blocks() const { return options_.full_blocks + options_.sliding_blocks; }
   double usage() const;  // fraction of all blocks in use
   size_t bytes() const { return bytes_; }
 
@@ -90,6 +105,8 @@ class KvCache {
     int kv_heads = 0;
   };
   int64_t first_visible_block(int position) const;  // for sliding layers
+  // Sliding blocks left of the window that reserving `new_blocks` more must give back.
+  int64_t sliding_blocks_to_drop(const KvSequenceBlocks& seq, int64_t new_blocks) const;
 
   const Gemma4Config& config_;
   KvCacheOptions options_;

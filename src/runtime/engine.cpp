@@ -59,7 +59,8 @@ Engine::Engine(const Gemma4Checkpoint& checkpoint, Ops& ops, Communicator& comm,
                                              : c.max_position_embeddings;
   vocab_size_ = c.vocab_size;
   worker_ = std::make_unique<Worker>(checkpoint, ops, comm, options.worker);
-  scheduler_ = std::make_unique<Scheduler>(*worker_, options.worker.max_slots, options.worker.max_step_tokens);
+  scheduler_ = std::make_unique<Scheduler>(*worker_, options.worker.max_slots, options.worker.max_step_tokens,
+                                           options.prefix_reuse);
   // A sequence can never hold more positions than the full-attention pool has blocks for.
   const KvCache& cache = worker_->cache();
   if (cache.options().full_blocks > 0)
@@ -138,6 +139,8 @@ EngineStats Engine::stats() const {
   s.generation_tokens = stat_generated_.load();
   s.preemptions = stat_preemptions_.load();
   s.steps = stat_steps_.load();
+  s.prefix_cache_queries = stat_reuse_queries_.load();
+  s.prefix_cache_hits = stat_reuse_hits_.load();
   return s;
 }
 
@@ -145,10 +148,10 @@ void Engine::finish(Request& r, FinishReason reason, int32_t stop_token, const s
   if (r.finished) return;
   r.finished = true;
   if (r.seq.slot >= 0) {
-    released_.push_back(r.seq.slot);
-    scheduler_->release_slot(r.seq.slot);
+    // Requests end between steps, so the slot's cache holds exactly their computed tokens; not
+    // after a failed step, whose writes may be partial.
+    scheduler_->end(r.seq, reason != FinishReason::Error);
     running_.erase(std::remove(running_.begin(), running_.end(), &r.seq), running_.end());
-    r.seq.slot = -1;
   } else {
     waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r.seq), waiting_.end());
   }
@@ -158,6 +161,7 @@ void Engine::finish(Request& r, FinishReason reason, int32_t stop_token, const s
   e.stop_token = stop_token;
   e.error = error;
   e.prompt_tokens = r.prompt_tokens;
+  e.cached_prompt_tokens = std::max(0, r.seq.reused);
   e.completion_tokens = r.generated;
   if (r.on_event) r.on_event(e);
 }
@@ -168,9 +172,9 @@ void Engine::loop() {
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] {
-        // released_: a finished sequence's blocks go back at the next plan, even with nothing else to do.
+        // A finished sequence's blocks go back at the next plan, even with nothing else to do.
         return stopping_ || !incoming_.empty() || !cancelled_.empty() || !running_.empty() || !waiting_.empty() ||
-               !released_.empty();
+               scheduler_->has_releases();
       });
       if (stopping_) break;
       while (!incoming_.empty()) {
@@ -189,7 +193,8 @@ void Engine::loop() {
       finish(*it->second, FinishReason::Cancelled);
       requests_.erase(it);
     }
-    if (running_.empty() && waiting_.empty() && released_.empty()) continue;
+    if (!cancelled.empty()) publish_stats();
+    if (running_.empty() && waiting_.empty() && !scheduler_->has_releases()) continue;
     try {
       step();
     } catch (const std::exception& e) {
@@ -222,12 +227,11 @@ void Engine::fail_all(const std::string& error) {
     e.finish = FinishReason::Cancelled;
     if (r->on_event) r->on_event(e);
   }
-  // Slots and blocks of the dropped sequences go back at the next plan via released_.
+  // Slots and blocks of the dropped sequences go back at the next plan (Scheduler::end).
 }
 
 void Engine::step() {
-  std::vector<ScheduledSequence*> planned = scheduler_->plan(waiting_, running_, released_, plan_);
-  released_.clear();
+  std::vector<ScheduledSequence*> planned = scheduler_->plan(waiting_, running_, plan_);
   // With tensor parallelism, each rank sends only its largest logits per row to sampling: enough
   // for greedy (1), for top-k (k) and for the top log-probabilities; sampling without top-k looks
   // at the best kWideCandidates per rank. A request whose biases or penalties change the row gets
@@ -288,6 +292,7 @@ void Engine::step() {
     e.logprob = t.logprob;
     e.top_logprobs = std::move(t.top);
     e.prompt_tokens = r.prompt_tokens;
+    e.cached_prompt_tokens = std::max(0, seq->reused);
     e.completion_tokens = r.generated;
     if (r.on_event) r.on_event(e);
     if (r.generated >= r.max_tokens) {
@@ -295,10 +300,19 @@ void Engine::step() {
       requests_.erase(seq->id);
     }
   }
+  publish_stats();
+}
+
+void Engine::publish_stats() {
   stat_preemptions_ = scheduler_->preemptions();
   stat_running_ = int(running_.size());
   stat_waiting_ = int(waiting_.size());
-  stat_kv_usage_ = worker_->cache().usage();
+  const KvCache& cache = worker_->cache();
+  const int64_t total = cache.total_blocks();
+  const int64_t in_use = total - cache.free_full_blocks() - cache.free_sliding_blocks() - scheduler_->kept_blocks();
+  stat_kv_usage_ = total > 0 ? double(in_use) / double(total) : 0.0;
+  stat_reuse_queries_ = scheduler_->reuse_queries();
+  stat_reuse_hits_ = scheduler_->reuse_hits();
 }
 
 void run_follower(const Gemma4Checkpoint& checkpoint, Ops& ops, Communicator& comm, const WorkerOptions& options) {

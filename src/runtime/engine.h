@@ -39,6 +39,7 @@ struct TokenEvent {
   int32_t stop_token = -1;     // the stop token that ended the request (not part of the output)
   std::string error;
   int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;  // of prompt_tokens, those whose K/V were reused from an earlier request
   int completion_tokens = 0;
 };
 
@@ -63,6 +64,7 @@ struct EngineOptions {
   WorkerOptions worker;
   int max_waiting = 256;     // requests queued beyond the running ones; more are refused
   int context_limit = 0;     // 0: the model's max_position_embeddings
+  bool prefix_reuse = true;  // ended sequences keep their KV blocks for prompts that start the same (Scheduler)
   // Samples a step's rows side by side (the CPU backend's pool, idle between forward passes); null:
   // one row after another on the engine's thread. Each row has its own sampler, so the tokens are
   // the same either way.
@@ -72,7 +74,9 @@ struct EngineOptions {
 struct EngineStats {
   int running = 0;
   int waiting = 0;
-  double kv_usage = 0.0;     // fraction of KV blocks in use
+  double kv_usage = 0.0;     // fraction of KV blocks in use by requests (not counting kept prefixes)
+  uint64_t prefix_cache_queries = 0;  // prompt tokens looked up in the kept prefixes (first admissions)
+  uint64_t prefix_cache_hits = 0;     // of those, tokens whose K/V were reused
   uint64_t prompt_tokens = 0;      // totals since start
   uint64_t generation_tokens = 0;
   uint64_t preemptions = 0;
@@ -100,6 +104,7 @@ class Engine {
   void step();
   void finish(Request& r, FinishReason reason, int32_t stop_token = -1, const std::string& error = {});
   void fail_all(const std::string& error);
+  void publish_stats();  // the atomics stats() reads
 
   const Gemma4Checkpoint& checkpoint_;
   Communicator& comm_;
@@ -120,7 +125,6 @@ class Engine {
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;
   std::deque<ScheduledSequence*> waiting_;
   std::vector<ScheduledSequence*> running_;
-  std::vector<int> released_;
   StepPlan plan_;
   struct SampledRow {
     ScheduledSequence* seq;
@@ -132,6 +136,7 @@ class Engine {
   std::atomic<int> stat_running_{0}, stat_waiting_{0};
   std::atomic<double> stat_kv_usage_{0.0};
   std::atomic<uint64_t> stat_prompt_{0}, stat_generated_{0}, stat_preemptions_{0}, stat_steps_{0};
+  std::atomic<uint64_t> stat_reuse_queries_{0}, stat_reuse_hits_{0};
   std::thread thread_;
 };
 

@@ -1,20 +1,50 @@
 #include "runtime/scheduler.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 
 namespace tandem {
 
-Scheduler::Scheduler(const Worker& worker, int max_slots, int max_step_tokens)
-    : worker_(worker), max_step_tokens_(max_step_tokens) {
+Scheduler::Scheduler(const Worker& worker, int max_slots, int max_step_tokens, bool prefix_reuse)
+    : worker_(worker), max_step_tokens_(max_step_tokens), prefix_reuse_(prefix_reuse), kept_(size_t(max_slots)) {
   if (max_step_tokens < max_slots) fail("a step must fit one token of every running sequence");
   for (int s = max_slots - 1; s >= 0; --s) free_slots_.push_back(s);
 }
 
+void Scheduler::end(ScheduledSequence& seq, bool keep) {
+  const int slot = seq.slot;
+  if (keep && prefix_reuse_ && seq.computed > 0) {
+    KeptPrefix& k = kept_[size_t(slot)];
+    k.tokens.assign(seq.tokens.begin(), seq.tokens.begin() + seq.computed);
+    k.last_used = ++clock_;
+  } else {
+    released_.push_back(slot);
+  }
+  free_slots_.push_back(slot);
+  seq.slot = -1;
+}
+
+int64_t Scheduler::kept_blocks() const {
+  int64_t blocks = 0;
+  for (size_t s = 0; s < kept_.size(); ++s)
+    if (!kept_[s].tokens.empty()) blocks += int64_t(worker_.slot(int(s)).full.size() + worker_.slot(int(s)).sliding.size());
+  return blocks;
+}
+
+int Scheduler::reusable(int slot, const std::vector<int32_t>& tokens) const {
+  const std::vector<int32_t>& kept = kept_[size_t(slot)].tokens;
+  const size_t limit = std::min(kept.size(), tokens.size() - 1);
+  size_t prefix = 0;
+  while (prefix < limit && kept[prefix] == tokens[prefix]) ++prefix;
+  if (prefix == 0 || !worker_.cache().truncated(worker_.slot(slot), int(prefix))) return 0;
+  return int(prefix);
+}
+
 std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& waiting,
                                                 std::vector<ScheduledSequence*>& running,
-                                                const std::vector<int>& released, StepPlan& out) {
+                                                StepPlan& out) {
   out.clear();
   const KvCache& cache = worker_.cache();
   int64_t free_full = cache.free_full_blocks(), free_sliding = cache.free_sliding_blocks();
@@ -24,14 +54,26 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
     free_sliding += int64_t(b.sliding.size());
     out.kv_ops.push_back({KvOp::Release, slot, 0});
   };
-  for (int slot : released) give_back(slot);
+  for (int slot : released_) give_back(slot);
+  released_.clear();
+  // Gives back the least recently used kept prefix other than `spare`'s; false when there is none.
+  auto drop_kept = [&](int spare) {
+    int oldest = -1;
+    for (int s : free_slots_)
+      if (s != spare && !kept_[size_t(s)].tokens.empty() &&
+          (oldest < 0 || kept_[size_t(s)].last_used < kept_[size_t(oldest)].last_used))
+        oldest = s;
+    if (oldest < 0) return false;
+    give_back(oldest);
+    kept_[size_t(oldest)].tokens.clear();
+    return true;
+  };
 
   std::vector<ScheduledSequence*> planned;
   int budget = max_step_tokens_;
-  // Tries to plan `n` more tokens of `seq`; false when the pools are short.
-  auto try_plan = [&](ScheduledSequence* seq, int n) {
-    const KvSequenceBlocks empty;
-    const KvSequenceBlocks& blocks = seq->computed == 0 ? empty : worker_.slot(seq->slot);
+  // Tries to plan `n` more tokens of `seq`, whose slot's blocks are `blocks` when the step starts;
+  // false when the pools are short.
+  auto try_plan = [&](ScheduledSequence* seq, int n, const KvSequenceBlocks& blocks) {
     auto [full, sliding] = cache.blocks_needed(blocks, seq->computed + n);
     if (full > free_full || sliding > free_sliding) return false;
     free_full -= full;
@@ -78,7 +120,8 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
       const int remaining = int(seq->tokens.size()) - seq->computed;
       if ((pass == 0) != (remaining == 1) || remaining <= 0 || budget == 0) continue;
       const int n = std::min(remaining, budget);
-      while (!try_plan(seq, n)) {
+      while (!try_plan(seq, n, worker_.slot(seq->slot))) {
+        if (drop_kept(-1)) continue;
         ScheduledSequence* victim = preempt_newest();
         if (!victim) fail("the KV cache cannot hold even one running sequence");
         if (victim == seq) break;
@@ -94,22 +137,76 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
   while (!waiting.empty() && !free_slots_.empty() && budget > 0) {
     ScheduledSequence* seq = waiting.front();
     if (std::find(preempted.begin(), preempted.end(), seq) != preempted.end()) break;
-    const auto [whole_full, whole_sliding] = cache.blocks_needed(KvSequenceBlocks{}, int(seq->tokens.size()));
+    const auto [slot, prefix] = choose_slot(seq->tokens);
+    const KvSequenceBlocks& held = worker_.slot(slot);
+    const bool holds = !kept_[size_t(slot)].tokens.empty();
+    const KvSequenceBlocks start = prefix > 0 ? *cache.truncated(held, prefix) : KvSequenceBlocks{};
+    // Taking the slot gives back what it keeps past the prefix; other slots' kept prefixes can go too.
+    const int64_t cut_full = holds ? int64_t(held.full.size() - start.full.size()) : 0;
+    const int64_t cut_sliding = holds ? int64_t(held.sliding.size() - start.sliding.size()) : 0;
+    int64_t droppable_full = 0, droppable_sliding = 0;
+    for (int s : free_slots_)
+      if (s != slot && !kept_[size_t(s)].tokens.empty()) {
+        droppable_full += int64_t(worker_.slot(s).full.size());
+        droppable_sliding += int64_t(worker_.slot(s).sliding.size());
+      }
+    auto [whole_full, whole_sliding] = cache.blocks_needed(start, int(seq->tokens.size()));
+    // A sequence never holds more than its share of the sliding pool, which a free slot always has:
+    // a long prompt's older sliding blocks are given back as its chunks go on.
+    whole_sliding = std::min(whole_sliding, cache.options().sliding_blocks_per_sequence - int64_t(start.sliding.size()));
     // (With nothing running it goes in regardless: requests are checked against the context limit,
     // and waiting could not make room.)
-    if ((whole_full > free_full || whole_sliding > free_sliding) && !running.empty()) break;
-    seq->slot = free_slots_.back();
-    seq->computed = 0;
-    const int n = std::min(int(seq->tokens.size()), budget);
-    if (!try_plan(seq, n)) {
+    if ((whole_full > free_full + cut_full + droppable_full || whole_sliding > free_sliding + cut_sliding + droppable_sliding) &&
+        !running.empty())
+      break;
+    if (holds) {
+      out.kv_ops.push_back(prefix > 0 ? KvOp{KvOp::Truncate, slot, prefix} : KvOp{KvOp::Release, slot, 0});
+      free_full += cut_full;
+      free_sliding += cut_sliding;
+      kept_[size_t(slot)].tokens.clear();
+    }
+    while ((whole_full > free_full || whole_sliding > free_sliding) && drop_kept(slot)) {
+    }
+    free_slots_.erase(std::find(free_slots_.begin(), free_slots_.end(), slot));
+    seq->slot = slot;
+    seq->computed = prefix;
+    if (seq->reused < 0) {
+      seq->reused = prefix;
+      reuse_queries_ += seq->tokens.size();
+      reuse_hits_ += uint64_t(prefix);
+    }
+    const int n = std::min(int(seq->tokens.size()) - prefix, budget);
+    if (!try_plan(seq, n, start)) {  // only when nothing runs and even the first chunk is too long
+      out.kv_ops.push_back({KvOp::Release, slot, 0});
+      free_slots_.push_back(slot);
       seq->slot = -1;
+      seq->computed = 0;
       break;
     }
-    free_slots_.pop_back();
     waiting.pop_front();
     running.push_back(seq);
   }
   return planned;
+}
+
+std::pair<int, int> Scheduler::choose_slot(const std::vector<int32_t>& tokens) const {
+  int best = -1, best_prefix = 0, empty = -1, oldest = -1;
+  for (auto it = free_slots_.rbegin(); it != free_slots_.rend(); ++it) {
+    const int s = *it;
+    const KeptPrefix& k = kept_[size_t(s)];
+    if (k.tokens.empty()) {
+      if (empty < 0) empty = s;
+      continue;
+    }
+    if (oldest < 0 || k.last_used < kept_[size_t(oldest)].last_used) oldest = s;
+    const int prefix = reusable(s, tokens);
+    if (prefix > best_prefix) best = s, best_prefix = prefix;
+  }
+  // A match that is most of what its slot keeps is taken; a short one (the same system prompt,
+  // another conversation after it) only when no empty slot is left, since taking it gives back the rest.
+  if (best >= 0 && (empty < 0 || 2 * size_t(best_prefix) >= kept_[size_t(best)].tokens.size())) return {best, best_prefix};
+  if (empty >= 0) return {empty, 0};
+  return {oldest, 0};
 }
 
 }  // namespace tandem

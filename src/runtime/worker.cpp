@@ -27,6 +27,8 @@ void Worker::execute(const StepPlan& plan) {
     KvSequenceBlocks& blocks = slots_[size_t(op.slot)];
     if (op.kind == KvOp::Release) {
       cache_->release(blocks);
+    } else if (op.kind == KvOp::Truncate) {
+      cache_->truncate(blocks, op.end);
     } else if (!cache_->reserve(blocks, op.end)) {
       fail("KV reservation of slot {} to {} positions failed while replaying a step", op.slot, op.end);
     }

@@ -57,7 +57,7 @@ class ChatStreamFormatter final : public GenerationFormatter {
     if (info_.include_usage) {
       json last = base();
       last["choices"] = json::array();
-      last["usage"] = usage_json(stream_.prompt_tokens(), stream_.completion_tokens());
+      last["usage"] = usage_json(stream_.prompt_tokens(), stream_.completion_tokens(), stream_.cached_prompt_tokens());
       out += sse_event(last);
     }
     return out + kSseDone;
@@ -114,7 +114,7 @@ class ChatCompletionFormatter final : public GenerationFormatter {
                            {"created", info_.created},
                            {"model", info_.model},
                            {"choices", json::array({std::move(choice)})},
-                           {"usage", usage_json(stream_.prompt_tokens(), stream_.completion_tokens())}};
+                           {"usage", usage_json(stream_.prompt_tokens(), stream_.completion_tokens(), stream_.cached_prompt_tokens())}};
     return json_text(response);
   }
 

@@ -95,7 +95,7 @@ class CompletionStreamFormatter final : public GenerationFormatter {
     if (info_.include_usage) {
       json last = base();
       last["choices"] = json::array();
-      last["usage"] = usage_json(stream_.prompt_tokens(), stream_.completion_tokens());
+      last["usage"] = usage_json(stream_.prompt_tokens(), stream_.completion_tokens(), stream_.cached_prompt_tokens());
       out += sse_event(last);
     }
     return out + kSseDone;
@@ -157,7 +157,7 @@ class CompletionFormatter final : public GenerationFormatter {
                                   {"text", info_.echo_text + text_},
                                   {"logprobs", logprobs},
                                   {"finish_reason", u.finish_reason}}})},
-        {"usage", usage_json(stream_.prompt_tokens(), stream_.completion_tokens())}};
+        {"usage", usage_json(stream_.prompt_tokens(), stream_.completion_tokens(), stream_.cached_prompt_tokens())}};
     return json_text(response);
   }
 

@@ -149,6 +149,7 @@ GenerationUpdate GenerationStream::next(std::chrono::milliseconds wait) {
   }
   for (const TokenEvent& e : events_) {
     if (finished_) break;  // events after a stop string belong to a request already cancelled
+    cached_prompt_tokens_ = std::max(cached_prompt_tokens_, e.cached_prompt_tokens);
     if (e.token >= 0) {
       ++completion_tokens_;
       update.tokens.push_back({e.token, e.logprob, e.top_logprobs});

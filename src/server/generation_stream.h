@@ -60,6 +60,7 @@ class GenerationStream {
   bool finished() const { return finished_; }
   int prompt_tokens() const { return prompt_tokens_; }
   int completion_tokens() const { return completion_tokens_; }
+  int cached_prompt_tokens() const { return cached_prompt_tokens_; }
 
  private:
   struct EventQueue;
@@ -72,6 +73,7 @@ class GenerationStream {
   std::chrono::steady_clock::time_point arrival_;
   int prompt_tokens_ = 0;
   int completion_tokens_ = 0;
+  int cached_prompt_tokens_ = 0;
   bool finished_ = false;
   bool engine_done_ = false;
   std::vector<TokenEvent> events_;  // scratch

@@ -52,6 +52,9 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
   prompt_tokens_ = counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.");
   generation_tokens_ = counter("vllm:generation_tokens_total", "Number of generation tokens processed.");
   preemptions_ = counter("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.");
+  prefix_cache_queries_ =
+      counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.");
+  prefix_cache_hits_ = counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.");
   success_ = &prometheus::BuildCounter()
                   .Name("vllm:request_success_total")
                   .Help("Count of successfully processed requests.")
@@ -90,6 +93,8 @@ std::string ServerMetrics::render(const EngineStats& stats) {
   follow(prompt_tokens_, stats.prompt_tokens);
   follow(generation_tokens_, stats.generation_tokens);
   follow(preemptions_, stats.preemptions);
+  follow(prefix_cache_queries_, stats.prefix_cache_queries);
+  follow(prefix_cache_hits_, stats.prefix_cache_hits);
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 

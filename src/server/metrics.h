@@ -5,7 +5,9 @@
 //   vllm:request_prompt_tokens, vllm:request_generation_tokens;
 //   gauges vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc (and
 //   vllm:gpu_cache_usage_perc), counters vllm:prompt_tokens_total, vllm:generation_tokens_total,
-//   vllm:num_preemptions_total, vllm:request_success_total{finished_reason}.
+//   vllm:num_preemptions_total, vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total
+//   (prompt tokens looked up in, and found among, the prefixes ended requests left),
+//   vllm:request_success_total{finished_reason}.
 // Every series carries the label model_name. Latencies are observed as events happen; the engine's
 // gauges and totals are read when /metrics is scraped.
 #include <memory>
@@ -58,6 +60,8 @@ class ServerMetrics {
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generation_tokens_;
   prometheus::Counter* preemptions_;
+  prometheus::Counter* prefix_cache_queries_;
+  prometheus::Counter* prefix_cache_hits_;
   prometheus::Family<prometheus::Counter>* success_;
   std::mutex render_mutex_;  // counters follow the engine's totals by increments between scrapes
 };

@@ -17,7 +17,8 @@ namespace tandem::server {
 std::string random_id(const std::string& prefix, int hex_digits = 24);
 int64_t unix_time_now();
 
-nlohmann::json usage_json(int prompt_tokens, int completion_tokens);
+// With prompt_tokens_details.cached_tokens: the prompt tokens whose K/V an earlier request left (prefix reuse).
+nlohmann::json usage_json(int prompt_tokens, int completion_tokens, int cached_prompt_tokens);
 
 // JSON text for the wire. Invalid UTF-8 cannot come from the decoders, but a response must never
 // fail half-written, so any would be replaced by U+FFFD.

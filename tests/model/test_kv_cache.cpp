@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "core/error.h"
 #include "model/checkpoint.h"
 #include "model/kv_cache.h"
 #include "model/quantize_checkpoint.h"
@@ -47,6 +48,65 @@ TEST(KvCache, DefaultElementTypeFollowsTheStreamedWeights) {
   quantize_checkpoint(original, q4.path(), WeightFormat::Q4, false);
   EXPECT_EQ(default_kv_dtype(Gemma4Checkpoint::open(original)->weights), KvDType::F32);
   EXPECT_EQ(default_kv_dtype(Gemma4Checkpoint::open(q4.path())->weights), KvDType::BF16);
+}
+
+// A sequence keeps sliding blocks that left its window while it holds fewer than its share of
+// the pool (its window and a chunk), and gives the oldest back as it needs new ones. Prefix reuse
+// cuts a table back to a prefix: full-attention layers keep the blocks of [0, length), sliding
+// layers those they hold up to it, and the rest goes back to the pools. A prefix whose window
+// starts in a block already given back cannot be cut back to.
+TEST(KvCache, SlidingLayersKeepTheirShareAndTruncatedCutsBackToAPrefix) {
+  auto ckpt = Gemma4Checkpoint::open(test::checkpoint_for("golden"));
+  const Gemma4Config& c = ckpt->config;
+  ASSERT_EQ(c.sliding_window, 16);  // the numbers below assume it, with blocks of 16 positions
+  KvCache cache(c, ckpt->weights, KvCache::plan(c, ckpt->weights, 16 << 20, 4, 32, 16, KvDType::F32));
+  ASSERT_EQ(cache.options().sliding_blocks_per_sequence, 4);  // window 16 and chunks of 32
+  const int64_t free_full = cache.free_full_blocks(), free_sliding = cache.free_sliding_blocks();
+  KvSequenceBlocks seq;
+  auto grow = [&](int end) {  // as a prefill chunk or a decode does
+    ASSERT_TRUE(cache.reserve(seq, end));
+    seq.length = end;
+    cache.trim_window(seq);
+  };
+  grow(32);
+  grow(64);
+  EXPECT_EQ(seq.sliding_first, 0) << "blocks 0-3, four: all kept although a query at 64 sees only 49-64";
+  EXPECT_EQ(cache.blocks_needed(seq, 70).second, 0) << "block 4 comes with block 0 given back";
+  grow(70);
+  ASSERT_EQ(seq.full.size(), 5u);
+  ASSERT_EQ(seq.sliding_first, 1);
+  ASSERT_EQ(seq.sliding.size(), 4u);
+  EXPECT_EQ(cache.free_sliding_blocks(), free_sliding - 4);
+
+  const auto same_block = cache.truncated(seq, 66);
+  ASSERT_TRUE(same_block);
+  EXPECT_EQ(same_block->length, 66);
+  EXPECT_EQ(same_block->full, seq.full);
+  EXPECT_EQ(same_block->sliding, seq.sliding);
+  const auto block_edge = cache.truncated(seq, 64);
+  ASSERT_TRUE(block_edge);
+  EXPECT_EQ(block_edge->full, std::vector<int32_t>(seq.full.begin(), seq.full.begin() + 4));
+  EXPECT_EQ(block_edge->sliding, std::vector<int32_t>(seq.sliding.begin(), seq.sliding.begin() + 3));
+  EXPECT_EQ(block_edge->sliding_first, 1);
+  EXPECT_TRUE(cache.truncated(seq, 31)) << "a query at 31 sees 16-31: block 1 on, still held";
+  EXPECT_FALSE(cache.truncated(seq, 30)) << "a query at 30 sees position 15, in block 0, given back";
+  EXPECT_FALSE(cache.truncated(seq, 71)) << "past what is stored";
+  EXPECT_EQ(cache.free_full_blocks(), free_full - 5) << "truncated() changes nothing";
+
+  cache.truncate(seq, 64);
+  EXPECT_EQ(seq.length, 64);
+  EXPECT_EQ(seq.full.size(), 4u);
+  EXPECT_EQ(seq.sliding.size(), 3u);
+  EXPECT_EQ(cache.free_full_blocks(), free_full - 4);
+  EXPECT_EQ(cache.free_sliding_blocks(), free_sliding - 3);
+  grow(80);  // on from there as a sequence prefilled to 64 would go
+  EXPECT_EQ(seq.full.size(), 5u);
+  EXPECT_EQ(seq.sliding_first, 1);
+  EXPECT_EQ(seq.sliding.size(), 4u);
+  EXPECT_THROW(cache.truncate(seq, 10), Error);
+  cache.release(seq);
+  EXPECT_EQ(cache.free_full_blocks(), free_full);
+  EXPECT_EQ(cache.free_sliding_blocks(), free_sliding);
 }
 
 }  // namespace

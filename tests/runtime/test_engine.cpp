@@ -29,6 +29,7 @@ struct Collector {
   std::vector<float> logprobs;
   FinishReason finish = FinishReason::None;
   int completion_tokens = 0;  // the finish event's count
+  int cached_prompt_tokens = -1;
   bool done = false;
   std::function<void(const TokenEvent&)> callback() {
     return [this](const TokenEvent& e) {
@@ -37,6 +38,7 @@ struct Collector {
       if (e.finish != FinishReason::None) {
         finish = e.finish;
         completion_tokens = e.completion_tokens;
+        cached_prompt_tokens = e.cached_prompt_tokens;
         done = true;
         done_cv.notify_all();
       }
@@ -56,8 +58,9 @@ class EngineTest : public ::testing::Test {
     ops_ = std::make_unique<cpu::CpuOps>(*pool_);
   }
   std::unique_ptr<Engine> make_engine(size_t kv_bytes = 32 << 20, int slots = 8, int step_tokens = 64,
-                                      int max_waiting = 64) {
+                                      int max_waiting = 64, bool prefix_reuse = true) {
     EngineOptions o;
+    o.prefix_reuse = prefix_reuse;
     o.worker.max_slots = slots;
     o.worker.max_step_tokens = step_tokens;
     o.worker.kv_memory_bytes = kv_bytes;
@@ -93,6 +96,17 @@ class EngineTest : public ::testing::Test {
     r.sampling.temperature = 0;
     r.on_event = c.callback();
     return r;
+  }
+  // Runs one greedy request to its end; returns its tokens and how many prompt tokens were reused.
+  std::pair<std::vector<int32_t>, int> run_alone(Engine& engine, const std::vector<int32_t>& prompt, int max_tokens) {
+    Collector c;
+    engine.submit(greedy_request(prompt, max_tokens, c));
+    c.wait();
+    return {c.tokens, c.cached_prompt_tokens};
+  }
+  void wait_for_idle_kv(Engine& engine) {  // stats are published after each step
+    for (int tries = 0; tries < 200 && engine.stats().kv_usage > 0; ++tries)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::unique_ptr<Gemma4Checkpoint> ckpt_;
   std::unique_ptr<ThreadPool> pool_;
@@ -192,6 +206,31 @@ TEST_F(EngineTest, APromptThatDoesNotFitWaitsInsteadOfThrashing) {
   EXPECT_EQ(a.tokens, alone_greedy(a_prompt, 250));
   EXPECT_EQ(b.tokens, alone_greedy(b_prompt, 8));
   EXPECT_LE(engine->stats().preemptions, 2u);
+}
+
+// The sliding layers' pool holds each slot's share (its window and a chunk), so a long prompt
+// only needs its full-attention blocks free to be admitted beside a running sequence; counting
+// every sliding block of its whole prompt kept it waiting until the engine was idle.
+TEST_F(EngineTest, ALongPromptIsAdmittedBesideARunningSequence) {
+  auto engine = make_engine(kv_bytes_of(64, 2), 2, 32);  // sliding share: 4 blocks of 16 positions
+  Collector a, b;
+  engine->submit(greedy_request(pseudo_random_ids(20, 512, 903), 400, a));
+  while (true) {
+    {
+      std::lock_guard lock(a.mutex);
+      if (!a.tokens.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const auto b_prompt = pseudo_random_ids(300, 512, 904);  // 19 sliding blocks over its whole prompt
+  engine->submit(greedy_request(b_prompt, 3, b));
+  b.wait();
+  {
+    std::lock_guard lock(a.mutex);
+    EXPECT_FALSE(a.done) << "B waited for A to end";
+  }
+  EXPECT_EQ(b.tokens, alone_greedy(b_prompt, 3));
+  a.wait();
 }
 
 TEST_F(EngineTest, CancelFreesTheSequence) {
@@ -299,6 +338,81 @@ TEST_F(EngineTest, FreeSlotsAreNotQueuePlaces) {
   cs.push_back(std::make_unique<Collector>());
   EXPECT_THROW(engine.submit(greedy_request(pseudo_random_ids(30, 512, 9), 200, *cs.back())), RequestRejected);
   engine.shutdown();
+}
+
+// Prefix reuse: a prompt that goes on from an ended request's tokens (the next turn of a chat)
+// prefills only its new tokens, and gets the tokens it gets alone.
+TEST_F(EngineTest, APromptThatGoesOnFromAnEndedRequestReusesItsCache) {
+  for (bool reuse : {true, false}) {
+    auto engine = make_engine(32 << 20, 8, 64, 64, reuse);
+    const auto first_prompt = pseudo_random_ids(40, 512, 31);
+    const auto [first, first_cached] = run_alone(*engine, first_prompt, 12);
+    ASSERT_EQ(first.size(), 12u);
+    EXPECT_EQ(first_cached, 0);
+    std::vector<int32_t> next = first_prompt;
+    next.insert(next.end(), first.begin(), first.end());
+    const auto more = pseudo_random_ids(9, 512, 32);
+    next.insert(next.end(), more.begin(), more.end());
+    const auto [second, second_cached] = run_alone(*engine, next, 10);
+    EXPECT_EQ(second, alone_greedy(next, 10)) << "reuse " << reuse;
+    // The first request's cache holds its prompt and all its tokens but the last, never fed back.
+    const int kept = reuse ? 40 + 12 - 1 : 0;
+    EXPECT_EQ(second_cached, kept);
+    const EngineStats stats = engine->stats();
+    EXPECT_EQ(stats.prefix_cache_queries, uint64_t(first_prompt.size() + next.size()));
+    EXPECT_EQ(stats.prefix_cache_hits, uint64_t(kept));
+    // The same prompt again: all but its last token, which must run to give logits.
+    const auto [again, again_cached] = run_alone(*engine, next, 10);
+    EXPECT_EQ(again, second);
+    EXPECT_EQ(again_cached, reuse ? int(next.size()) - 1 : 0);
+    wait_for_idle_kv(*engine);
+    EXPECT_EQ(engine->stats().kv_usage, 0.0) << "kept prefixes are not in use";
+  }
+}
+
+// A prompt that shares only the start of what an ended request kept (one slot, so it must take
+// that one): reused where the sliding layers still hold the shared part's window (a sequence keeps
+// its share of the sliding pool, here 6 blocks of 16 for a window of 16 and steps of 64), not where
+// they have given it back. The tokens are the prompt's alone either way.
+TEST_F(EngineTest, PartlySharedPromptsReuseWhatTheSlidingWindowStillHolds) {
+  ASSERT_EQ(ckpt_->config.sliding_window, 16);
+  auto engine = make_engine(32 << 20, 1, 64);
+  const auto base = pseudo_random_ids(150, 512, 41);
+  EXPECT_EQ(run_alone(*engine, base, 1).second, 0);  // keeps 150 positions; sliding blocks 4-9
+  auto with_tail = [&](int shared, uint32_t seed) {
+    std::vector<int32_t> p(base.begin(), base.begin() + shared);
+    const auto tail = pseudo_random_ids(10, 512, seed);
+    p.insert(p.end(), tail.begin(), tail.end());
+    return p;
+  };
+  const auto near = with_tail(100, 42);  // a query at 100 sees 85-100: block 5, held
+  const auto [near_tokens, near_cached] = run_alone(*engine, near, 6);
+  EXPECT_EQ(near_cached, 100);
+  EXPECT_EQ(near_tokens, alone_greedy(near, 6));
+  const auto far = with_tail(40, 43);  // a query at 40 sees 25-40: block 1, given back
+  const auto [far_tokens, far_cached] = run_alone(*engine, far, 6);
+  EXPECT_EQ(far_cached, 0);
+  EXPECT_EQ(far_tokens, alone_greedy(far, 6));
+}
+
+// Kept prefixes hold blocks only while nobody needs them: requests that need the memory take it
+// (least recently kept first) instead of waiting or preempting, and a prefix given back is not reused.
+TEST_F(EngineTest, KeptPrefixesGiveWayToRequestsThatNeedTheirBlocks) {
+  // 24 blocks of 16 positions for the full-attention layers: three ended requests of 100 positions
+  // (7 blocks each) fill most of them.
+  auto engine = make_engine(kv_bytes_of(24, 4), 4, 32);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(pseudo_random_ids(96, 512, 50 + uint32_t(i)));
+    const auto [tokens, cached] = run_alone(*engine, prompts.back(), 5);
+    EXPECT_EQ(cached, 0);
+    EXPECT_EQ(tokens, alone_greedy(prompts.back(), 5)) << "request " << i;
+  }
+  EXPECT_EQ(engine->stats().preemptions, 0u);
+  EXPECT_EQ(run_alone(*engine, prompts[0], 5).second, 0) << "the oldest prefix was given back";
+  EXPECT_EQ(run_alone(*engine, prompts[5], 5).second, 95) << "the newest is still kept";
+  wait_for_idle_kv(*engine);
+  EXPECT_EQ(engine->stats().kv_usage, 0.0);
 }
 
 }  // namespace

@@ -21,6 +21,8 @@ TEST(Metrics, ExposesVllmNamesWithTheModelLabel) {
   stats.kv_usage = 0.25;
   stats.prompt_tokens = 13;
   stats.generation_tokens = 21;
+  stats.prefix_cache_queries = 40;
+  stats.prefix_cache_hits = 29;
   const std::string text = metrics.render(stats);
   for (const char* line : {
            "vllm:num_requests_running{model_name=\"gemma\"} 2",
@@ -29,6 +31,8 @@ TEST(Metrics, ExposesVllmNamesWithTheModelLabel) {
            "vllm:gpu_cache_usage_perc{model_name=\"gemma\"} 0.25",
            "vllm:prompt_tokens_total{model_name=\"gemma\"} 13",
            "vllm:generation_tokens_total{model_name=\"gemma\"} 21",
+           "vllm:prefix_cache_queries_total{model_name=\"gemma\"} 40",
+           "vllm:prefix_cache_hits_total{model_name=\"gemma\"} 29",
            "vllm:request_success_total{finished_reason=\"length\",model_name=\"gemma\"} 1",
            "vllm:request_success_total{finished_reason=\"abort\",model_name=\"gemma\"} 1",
            "vllm:request_success_total{finished_reason=\"stop\",model_name=\"gemma\"} 0",
