@@ -290,9 +290,10 @@ void bench(const BenchOptions& o) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   std::vector<float> rss_gb(size_t(comm.size()), 0.0f);
-  rss_gb[size_t(comm.rank())] = float((double(usage.ru_maxrss) * 1024.0 - double(probe.bytes())) / 1e9);
+  // This rank's own count in bytes (rank 0 prints), exact; the per-rank figures travel as floats.
+  const int64_t peak_rss = int64_t(usage.ru_maxrss) * 1024 - int64_t(probe.bytes());
+  rss_gb[size_t(comm.rank())] = float(double(peak_rss) / 1e9);
   comm.all_reduce_sum(rss_gb.data(), rss_gb.size());
-  const double peak_rss = double(rss_gb[0]) * 1e9;
   const double bytes_per_token = double(ckpt->weights.streamed_bytes_per_token());
   // Every rank streams its share at the same time: the job's rate is the sum over ranks.
   std::vector<float> per_rank(size_t(comm.size()), 0.0f);

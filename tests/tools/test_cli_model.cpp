@@ -134,6 +134,7 @@ TEST(Bench, JsonReportsEveryKeyAndTheRooflineRatio) {
     ASSERT_TRUE(out.contains(key)) << key;
     EXPECT_GT(out[key].get<double>(), 0.0) << key;
   }
+  EXPECT_TRUE(out["peak_rss_bytes"].is_number_integer()) << out["peak_rss_bytes"] << " bytes are a count";
   // Weights smaller than the probe's buffer would be read from the caches: the buffer stands in.
   EXPECT_EQ(out["read_bw_of"].get<std::string>(), "buffer");
   EXPECT_EQ(out["read_bw_gb_s"].get<double>(), out["buffer_read_bw_gb_s"].get<double>());
