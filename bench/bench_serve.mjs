@@ -90,6 +90,10 @@ async function run_request(model, seed) {
   return { ttft: first, gaps, e2e: (performance.now() - start) / 1000, tokens };
 }
 
+// Every request of the run gets a prompt of its own: the server keeps ended requests' prefixes, and a
+// prompt sent again would be served from them (docs/server.md, "Prefix reuse").
+let prompts_sent = 0;
+
 async function run_level(model, concurrency) {
   const total = options.requests > 0 ? options.requests : Math.max(8, 4 * concurrency);
   let next = 0;
@@ -97,8 +101,8 @@ async function run_level(model, concurrency) {
   const start = performance.now();
   const worker = async () => {
     while (next < total) {
-      const seed = next++;
-      results.push(await run_request(model, 1000 + seed));
+      next++;
+      results.push(await run_request(model, 1000 + prompts_sent++));
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
