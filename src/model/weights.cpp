@@ -68,6 +68,18 @@ class Binder {
     return m;
   }
 
+  // This rank's columns [first, first + count) of a row-parallel matrix (o, down).
+  WeightMatrix column_shard(const std::string& name, int64_t rows, int64_t cols, int64_t first, int64_t count) const {
+    const WeightMatrix m = matrix(name, rows, cols);
+    if (is_quantized(m.format) && (first % kQuantBlock || (count % kQuantBlock && first + count != cols))) {
+      const TensorInfo* t = files_.find(prefix_ + name);
+      fail("{}: tensor '{}' is quantized in blocks of {} columns, but this rank's share of its {} columns is "
+           "[{}, {}), which splits a block: run fewer ranks, or from the bf16 checkpoint",
+           t->file, t->name, kQuantBlock, cols, first, first + count);
+    }
+    return m.slice_cols(first, count);
+  }
+
   NormWeight vector(const std::string& name, int64_t n) const {
     const TensorInfo& t = tensor(name, {n});
     NormWeight w(static_cast<size_t>(n));
@@ -201,11 +213,11 @@ ModelWeights ModelWeights::bind(const CheckpointFiles& files, const Gemma4Config
                       .slice_rows(hs.kv_first * D, hs.kv_count * D);
       lw.k_norm = b.vector(p + "self_attn.k_norm.weight", D);
     }
-    lw.o_proj = b.matrix(p + "self_attn.o_proj.weight", H, c.num_heads * D).slice_cols(hs.q_first * D, hs.q_count * D);
+    lw.o_proj = b.column_shard(p + "self_attn.o_proj.weight", H, c.num_heads * D, hs.q_first * D, hs.q_count * D);
     auto [f_first, f_count] = plan.mlp_range(F);
     lw.gate_proj = b.matrix(p + "mlp.gate_proj.weight", F, H).slice_rows(f_first, f_count);
     lw.up_proj = b.matrix(p + "mlp.up_proj.weight", F, H).slice_rows(f_first, f_count);
-    lw.down_proj = b.matrix(p + "mlp.down_proj.weight", H, F).slice_cols(f_first, f_count);
+    lw.down_proj = b.column_shard(p + "mlp.down_proj.weight", H, F, f_first, f_count);
     if (P > 0) {
       lw.ple_gate = b.matrix(p + "per_layer_input_gate.weight", P, H);
       lw.ple_projection = b.matrix(p + "per_layer_projection.weight", H, P);

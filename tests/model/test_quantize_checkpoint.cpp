@@ -187,6 +187,25 @@ TEST(QuantizeCheckpoint, RefusesWhatTheLoaderWouldRefuse) {
   EXPECT_TRUE(fs::is_empty(out.path()));
 }
 
+// A row-parallel matrix (o, down) whose rank share splits a block of 32 quantized columns cannot be
+// sharded; the refusal names the file and the tensor, and what to do instead. tiny-odd's query heads
+// are 40 wide: two of its four heads per rank make o_proj's shares [0, 80) and [80, 160).
+TEST(QuantizeCheckpoint, ARankShareThatSplitsABlockIsRefusedNamingTheTensor) {
+  test::TempDir q8;
+  quantize_checkpoint(test::synth_checkpoint("tiny-odd"), q8.path(), WeightFormat::Q8, false);
+  EXPECT_NO_THROW(Gemma4Checkpoint::open(q8.path())) << "one rank takes whole rows";
+  try {
+    Gemma4Checkpoint::open(q8.path(), ShardPlan{1, 2});
+    ADD_FAILURE() << "sharded a quantized block between two ranks";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("/model-00001-of-00002.safetensors: "), std::string::npos) << message;
+    EXPECT_NE(message.find("layers.0.self_attn.o_proj.weight' is quantized in blocks of 32"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("[80, 160)"), std::string::npos) << message;
+  }
+}
+
 TEST(QuantizeCheckpoint, RefusesQuantizedInputAndSameFolder) {
   const std::string original_dir = test::synth_checkpoint("tiny");
   test::TempDir out, again;
