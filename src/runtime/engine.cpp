@@ -31,6 +31,10 @@ struct Engine::Request {
   std::unique_ptr<Sampler> sampler;
   int generated = 0;
   bool finished = false;
+  int prompt_logprobs = -1;
+  bool prompt_only = false;
+  std::vector<PromptTokenLogprob> prompt_scores;  // for prompt tokens 1..n-1, filled as chunks run
+  bool prompt_scores_sent = false;
 };
 
 namespace {
@@ -88,6 +92,10 @@ uint64_t Engine::submit(GenerationRequest request) {
       throw RequestRejected(RequestRejected::Kind::Invalid,
                             fmt::format("token id {} is outside the vocabulary (0..{})", t, vocab_size_ - 1));
   if (request.max_tokens < 0) throw RequestRejected(RequestRejected::Kind::Invalid, "max_tokens must be positive");
+  constexpr int kMaxPromptLogprobs = 20;
+  if (request.prompt_logprobs > kMaxPromptLogprobs)
+    throw RequestRejected(RequestRejected::Kind::Invalid,
+                          fmt::format("prompt logprobs can list at most {} alternatives", kMaxPromptLogprobs));
   if (prompt >= context_limit_)
     throw RequestRejected(RequestRejected::Kind::ContextLength,
                           fmt::format("this model's maximum context length is {} tokens, but the prompt has {} "
@@ -108,6 +116,10 @@ uint64_t Engine::submit(GenerationRequest request) {
   r->on_event = std::move(request.on_event);
   r->sampling = request.sampling;
   r->sampler = std::make_unique<Sampler>(request.sampling, r->seq.tokens);
+  r->prompt_logprobs = std::max(-1, request.prompt_logprobs);
+  r->prompt_only = request.prompt_only;
+  r->seq.score_prompt = r->prompt_logprobs >= 0;
+  if (r->seq.score_prompt) r->prompt_scores.resize(size_t(prompt - 1));
   std::lock_guard lock(mutex_);
   if (stopping_) throw RequestRejected(RequestRejected::Kind::ShuttingDown, "the server is shutting down");
   // Open requests against the slots plus the queue: one that arrives while slots are free is not
@@ -163,7 +175,24 @@ void Engine::finish(Request& r, FinishReason reason, int32_t stop_token, const s
   e.prompt_tokens = r.prompt_tokens;
   e.cached_prompt_tokens = std::max(0, r.seq.reused);
   e.completion_tokens = r.generated;
+  attach_prompt_logprobs(r, e);
   if (r.on_event) r.on_event(e);
+}
+
+void Engine::attach_prompt_logprobs(Request& r, TokenEvent& e) {
+  if (!r.seq.score_prompt || r.prompt_scores_sent || r.seq.computed < r.prompt_tokens) return;
+  e.prompt_logprobs = std::move(r.prompt_scores);
+  r.prompt_scores_sent = true;
+}
+
+void Engine::score_prompt_token(Request& r, int token_index, std::span<const float> logits, double normalizer) {
+  if (r.prompt_scores_sent) return;  // recomputed after a preemption: already reported
+  PromptTokenLogprob& s = r.prompt_scores[size_t(token_index - 1)];
+  s.logprob = float(double(logits[size_t(r.seq.tokens[size_t(token_index)])]) - normalizer);
+  s.top.clear();
+  if (r.prompt_logprobs == 0) return;
+  top_k_order(logits, size_t(r.prompt_logprobs), top_maxima_, top_order_);
+  for (int32_t id : top_order_) s.top.push_back({id, float(double(logits[size_t(id)]) - normalizer)});
 }
 
 void Engine::loop() {
@@ -239,6 +268,10 @@ void Engine::step() {
   constexpr int kWideCandidates = 1024;
   for (size_t i = 0; i < planned.size(); ++i) {
     if (plan_.sequences[i].logit_rows == 0) continue;
+    if (planned[i]->score_prompt) {  // any token's logit and the normalizer: whole rows
+      plan_.candidates = std::numeric_limits<int>::max();
+      plan_.need_log_normalizers = 1;
+    }
     const SamplingParams& p = requests_.at(planned[i]->id)->sampling;
     const int wanted = p.adjusts_logits() ? std::numeric_limits<int>::max()
                        : p.greedy()       ? 1
@@ -254,21 +287,44 @@ void Engine::step() {
 
   // Every row's token first (side by side when there is a pool: ~0.05-0.7 ms a row for Gemma's
   // vocabulary, bench/sampler_bench), then the events in plan order.
+  // A sequence's rows are its chunk's last logit_rows positions; a row at position p predicts the
+  // token at p + 1: a prompt token to score, or the next token to sample.
   sampled_.clear();
-  for (size_t i = 0; i < planned.size(); ++i)
-    if (plan_.sequences[i].logit_rows > 0) sampled_.push_back({planned[i], requests_.at(planned[i]->id).get(), {}});
+  int64_t row = 0;
+  for (size_t i = 0; i < planned.size(); ++i) {
+    ScheduledSequence* seq = planned[i];
+    Request& r = *requests_.at(seq->id);
+    const int rows = plan_.sequences[i].logit_rows;
+    for (int j = 0; j < rows; ++j, ++row) {
+      const int next = seq->computed - rows + j + 1;
+      if (seq->score_prompt && next < r.prompt_tokens)
+        score_prompt_token(r, next, full.subspan(size_t(row) * size_t(vocab_size_), size_t(vocab_size_)),
+                           normalizers[size_t(row)]);
+      else if (next == int(seq->tokens.size()) && !r.prompt_only)
+        sampled_.push_back({seq, &r, row, {}});
+    }
+  }
   const auto sample_rows = [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const std::span<const float> logits = full.subspan(size_t(row) * size_t(vocab_size_), size_t(vocab_size_));
+    for (int64_t i = begin; i < end; ++i) {
+      SampledRow& s = sampled_[size_t(i)];
+      const std::span<const float> logits = full.subspan(size_t(s.row) * size_t(vocab_size_), size_t(vocab_size_));
       const std::optional<double> normalizer =
-          plan_.need_log_normalizers ? std::optional<double>(normalizers[size_t(row)]) : std::nullopt;
-      SampledRow& s = sampled_[size_t(row)];
+          plan_.need_log_normalizers ? std::optional<double>(normalizers[size_t(s.row)]) : std::nullopt;
       s.token = s.request->sampler->sample(logits, normalizer);
     }
   };
   const int64_t rows = int64_t(sampled_.size());
   if (options_.sampling_pool && rows > 1) options_.sampling_pool->parallel_for(rows, sample_rows);
   else sample_rows(0, rows);
+
+  // Prompt-only requests (they never sample, so none ended above) end once their whole prompt ran.
+  for (ScheduledSequence* seq : planned) {
+    Request& r = *requests_.at(seq->id);
+    if (!r.prompt_only || seq->computed < r.prompt_tokens) continue;
+    stat_prompt_ += uint64_t(r.prompt_tokens);
+    finish(r, FinishReason::Length);
+    requests_.erase(seq->id);
+  }
 
   for (SampledRow& sampled : sampled_) {
     ScheduledSequence* seq = sampled.seq;
@@ -294,6 +350,7 @@ void Engine::step() {
     e.prompt_tokens = r.prompt_tokens;
     e.cached_prompt_tokens = std::max(0, seq->reused);
     e.completion_tokens = r.generated;
+    attach_prompt_logprobs(r, e);
     if (r.on_event) r.on_event(e);
     if (r.generated >= r.max_tokens) {
       finish(r, FinishReason::Length);

@@ -30,6 +30,12 @@ namespace tandem {
 enum class FinishReason { None, Stop, Length, Cancelled, Error };
 const char* finish_reason_name(FinishReason reason);
 
+// A prompt token's log-probability given the tokens before it, and the most likely tokens there.
+struct PromptTokenLogprob {
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
+};
+
 struct TokenEvent {
   uint64_t request_id = 0;
   int32_t token = -1;          // a generated token, or -1 on a finish-only event
@@ -41,6 +47,9 @@ struct TokenEvent {
   int prompt_tokens = 0;
   int cached_prompt_tokens = 0;  // of prompt_tokens, those whose K/V were reused from an earlier request
   int completion_tokens = 0;
+  // With GenerationRequest::prompt_logprobs, once, on the first event after the whole prompt ran:
+  // entries for prompt tokens 1..n-1 (the first has nothing before it).
+  std::vector<PromptTokenLogprob> prompt_logprobs;
 };
 
 struct GenerationRequest {
@@ -48,6 +57,8 @@ struct GenerationRequest {
   int max_tokens = 0;                 // 0: up to the context limit
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;   // finish with "stop" when one is sampled
+  int prompt_logprobs = -1;           // >= 0: score every prompt token, with this many alternatives
+  bool prompt_only = false;           // run the prompt and generate nothing (finishes with "length")
   // Called on the engine thread for every event; it must return quickly (queue and go).
   std::function<void(const TokenEvent&)> on_event;
 };
@@ -129,9 +140,14 @@ class Engine {
   struct SampledRow {
     ScheduledSequence* seq;
     Request* request;
+    int64_t row;  // in the step's logits
     SampledToken token;
   };
+  void score_prompt_token(Request& r, int token_index, std::span<const float> logits, double normalizer);
+  void attach_prompt_logprobs(Request& r, TokenEvent& e);
   std::vector<SampledRow> sampled_;  // this step's rows that want a token
+  std::vector<float> top_maxima_;    // scratch of top_k_order for prompt logprobs
+  std::vector<int32_t> top_order_;
 
   std::atomic<int> stat_running_{0}, stat_waiting_{0};
   std::atomic<double> stat_kv_usage_{0.0};

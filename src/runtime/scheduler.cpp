@@ -71,6 +71,16 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
 
   std::vector<ScheduledSequence*> planned;
   int budget = max_step_tokens_;
+  int logit_budget = worker_.max_logit_rows();
+  // Logit rows of a chunk of `n` tokens after the first `computed` of `seq`.
+  auto logit_rows_of = [&](const ScheduledSequence* seq, int computed, int n) {
+    return seq->score_prompt ? n : computed + n == int(seq->tokens.size()) ? 1 : 0;
+  };
+  // The longest such chunk of at most `n` tokens whose logit rows fit the step's (0: none does).
+  auto fit_logit_rows = [&](const ScheduledSequence* seq, int computed, int n) {
+    if (seq->score_prompt) return std::min(n, logit_budget);
+    return logit_rows_of(seq, computed, n) > logit_budget ? n - 1 : n;  // then not the final chunk yet
+  };
   // Tries to plan `n` more tokens of `seq`, whose slot's blocks are `blocks` when the step starts;
   // false when the pools are short.
   auto try_plan = [&](ScheduledSequence* seq, int n, const KvSequenceBlocks& blocks) {
@@ -83,7 +93,8 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
     p.slot = seq->slot;
     p.first_token = int32_t(out.tokens.size());
     p.token_count = n;
-    p.logit_rows = seq->computed + n == int(seq->tokens.size()) ? 1 : 0;
+    p.logit_rows = logit_rows_of(seq, seq->computed, n);
+    logit_budget -= p.logit_rows;
     out.tokens.insert(out.tokens.end(), seq->tokens.begin() + seq->computed, seq->tokens.begin() + seq->computed + n);
     out.sequences.push_back(p);
     seq->computed += n;
@@ -119,7 +130,8 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
       if (seq->slot < 0) continue;  // preempted earlier in this plan
       const int remaining = int(seq->tokens.size()) - seq->computed;
       if ((pass == 0) != (remaining == 1) || remaining <= 0 || budget == 0) continue;
-      const int n = std::min(remaining, budget);
+      const int n = fit_logit_rows(seq, seq->computed, std::min(remaining, budget));
+      if (n == 0) continue;
       while (!try_plan(seq, n, worker_.slot(seq->slot))) {
         if (drop_kept(-1)) continue;
         ScheduledSequence* victim = preempt_newest();
@@ -137,7 +149,9 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
   while (!waiting.empty() && !free_slots_.empty() && budget > 0) {
     ScheduledSequence* seq = waiting.front();
     if (std::find(preempted.begin(), preempted.end(), seq) != preempted.end()) break;
-    const auto [slot, prefix] = choose_slot(seq->tokens);
+    const auto [slot, prefix] = choose_slot(seq->tokens, !seq->score_prompt);
+    const int n = fit_logit_rows(seq, prefix, std::min(int(seq->tokens.size()) - prefix, budget));
+    if (n == 0) break;
     const KvSequenceBlocks& held = worker_.slot(slot);
     const bool holds = !kept_[size_t(slot)].tokens.empty();
     const KvSequenceBlocks start = prefix > 0 ? *cache.truncated(held, prefix) : KvSequenceBlocks{};
@@ -175,7 +189,6 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
       reuse_queries_ += seq->tokens.size();
       reuse_hits_ += uint64_t(prefix);
     }
-    const int n = std::min(int(seq->tokens.size()) - prefix, budget);
     if (!try_plan(seq, n, start)) {  // only when nothing runs and even the first chunk is too long
       out.kv_ops.push_back({KvOp::Release, slot, 0});
       free_slots_.push_back(slot);
@@ -189,7 +202,7 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
   return planned;
 }
 
-std::pair<int, int> Scheduler::choose_slot(const std::vector<int32_t>& tokens) const {
+std::pair<int, int> Scheduler::choose_slot(const std::vector<int32_t>& tokens, bool reuse) const {
   int best = -1, best_prefix = 0, empty = -1, oldest = -1;
   for (auto it = free_slots_.rbegin(); it != free_slots_.rend(); ++it) {
     const int s = *it;
@@ -199,7 +212,7 @@ std::pair<int, int> Scheduler::choose_slot(const std::vector<int32_t>& tokens) c
       continue;
     }
     if (oldest < 0 || k.last_used < kept_[size_t(oldest)].last_used) oldest = s;
-    const int prefix = reusable(s, tokens);
+    const int prefix = reuse ? reusable(s, tokens) : 0;
     if (prefix > best_prefix) best = s, best_prefix = prefix;
   }
   // A match that is most of what its slot keeps is taken; a short one (the same system prompt,

@@ -29,6 +29,7 @@ struct ScheduledSequence {
   int computed = 0;              // leading tokens whose K/V are in the slot's cache
   int preemptions = 0;
   int reused = -1;               // prompt tokens taken from the prefix cache at first admission; -1 before
+  bool score_prompt = false;     // every token gets a logit row (prompt logprobs); never reuses a prefix
 };
 
 class Scheduler {
@@ -62,8 +63,8 @@ class Scheduler {
   // The prefix of `tokens` slot `slot` can give (at most all but the last token: one must run to
   // give logits), 0 when its sliding window has moved past it.
   int reusable(int slot, const std::vector<int32_t>& tokens) const;
-  // The free slot a sequence of `tokens` takes, and the prefix of them it already holds.
-  std::pair<int, int> choose_slot(const std::vector<int32_t>& tokens) const;
+  // The free slot a sequence of `tokens` takes, and the prefix of them it already holds (0 without `reuse`).
+  std::pair<int, int> choose_slot(const std::vector<int32_t>& tokens, bool reuse) const;
 
   const Worker& worker_;
   int max_step_tokens_;

@@ -16,9 +16,9 @@ Worker::Worker(const Gemma4Checkpoint& ckpt, Ops& ops, Communicator& comm, const
                                     options.max_step_tokens, options.kv_block_size, options.kv_dtype);
   kv.prefault = options.kv_prefault;
   cache_ = std::make_unique<KvCache>(ckpt.config, ckpt.weights, kv);
-  // Every running sequence may want one logit row per step.
+  // Every running sequence may want one logit row per step, a scored prompt one per token.
   model_ = std::make_unique<Gemma4Model>(ckpt.config, ckpt.weights, ops, comm, *cache_, options.max_step_tokens,
-                                         options.max_slots);
+                                         max_logit_rows());
   batch_.reserve(size_t(options.max_slots));
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Executes step plans on one rank: owns the KV cache and the model forward for that rank, and the
 // block tables of every sequence slot. The same code runs on every tensor-parallel rank.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -16,6 +17,9 @@ namespace tandem {
 struct WorkerOptions {
   int max_slots = 16;         // sequences that can be running at once
   int max_step_tokens = 256;  // tokens per step (prefill chunks plus decodes)
+  // Logit rows per step: one per running sequence, and up to this many for prompts whose every
+  // token is scored (prompt logprobs); each row is a vocabulary of floats (1 MB for Gemma's).
+  int max_logit_rows = 32;
   size_t kv_memory_bytes = size_t(1) << 30;
   int kv_block_size = 16;
   KvDType kv_dtype = KvDType::F32;
@@ -43,6 +47,7 @@ class Worker {
   const KvCache& cache() const { return *cache_; }
   const KvSequenceBlocks& slot(int s) const { return slots_[size_t(s)]; }
   const WorkerOptions& options() const { return options_; }
+  int max_logit_rows() const { return std::max(options_.max_slots, options_.max_logit_rows); }
 
  private:
   WorkerOptions options_;

@@ -71,6 +71,7 @@ struct CompletionInfo {
   bool logprobs = false;
   bool include_usage = false;
   std::string echo_text;  // the prompt, when echo is on
+  std::vector<int32_t> scored_prompt;  // echo with logprobs: the prompt, whose tokens get logprobs too
 };
 
 class CompletionStreamFormatter final : public GenerationFormatter {
@@ -79,14 +80,17 @@ class CompletionStreamFormatter final : public GenerationFormatter {
       : info_(std::move(info)), stream_(stream), tokenizer_(tokenizer) {}
 
   std::string opening() override {
-    if (info_.echo_text.empty()) return {};
+    if (info_.echo_text.empty() || !info_.scored_prompt.empty()) return {};  // a scored echo waits for its scores
     offset_ = character_count(info_.echo_text);
     return sse_event(chunk(info_.echo_text, {}, nullptr));
   }
 
   std::string format(const GenerationUpdate& u) override {
-    if (info_.logprobs) pending_.insert(pending_.end(), u.tokens.begin(), u.tokens.end());
     std::string out;
+    // The engine sends the prompt's scores with the first event after the prompt ran.
+    if (!info_.scored_prompt.empty() && !echoed_ && (!u.prompt_logprobs.empty() || !u.tokens.empty() || u.finished))
+      out += echo_with_logprobs(u.prompt_logprobs);
+    if (info_.logprobs) pending_.insert(pending_.end(), u.tokens.begin(), u.tokens.end());
     if (!u.delta.content.empty()) out += sse_event(chunk(u.delta.content, take_pending(), nullptr));
     if (!u.finished) return out;
     if (!u.error.empty())
@@ -112,6 +116,17 @@ class CompletionStreamFormatter final : public GenerationFormatter {
     return {{"id", info_.id}, {"object", "text_completion"}, {"created", info_.created}, {"model", info_.model}};
   }
 
+  std::string echo_with_logprobs(const std::vector<PromptTokenLogprob>& scores) {
+    echoed_ = true;
+    json logprobs = empty_completion_logprobs();
+    offset_ = append_prompt_logprobs(logprobs, info_.scored_prompt, scores, tokenizer_);
+    json c = base();
+    c["choices"] =
+        json::array({{{"index", 0}, {"text", info_.echo_text}, {"logprobs", logprobs}, {"finish_reason", nullptr}}});
+    if (info_.include_usage) c["usage"] = nullptr;
+    return sse_event(c);
+  }
+
   json chunk(const std::string& text, const std::vector<GeneratedToken>& tokens, json finish_reason) {
     json logprobs = nullptr;
     if (info_.logprobs) {
@@ -131,6 +146,7 @@ class CompletionStreamFormatter final : public GenerationFormatter {
   const Tokenizer& tokenizer_;
   std::vector<GeneratedToken> pending_;
   size_t offset_ = 0;
+  bool echoed_ = false;
 };
 
 class CompletionFormatter final : public GenerationFormatter {
@@ -141,12 +157,16 @@ class CompletionFormatter final : public GenerationFormatter {
   std::string format(const GenerationUpdate& u) override {
     text_ += u.delta.content;
     if (info_.logprobs) tokens_.insert(tokens_.end(), u.tokens.begin(), u.tokens.end());
+    if (!u.prompt_logprobs.empty()) prompt_scores_ = u.prompt_logprobs;
     if (!u.finished) return {};
     if (!u.error.empty()) return json_text(ApiError(500, "server_error", u.error, {}, "generation_failed").body());
     json logprobs = nullptr;
     if (info_.logprobs) {
       logprobs = empty_completion_logprobs();
-      append_completion_logprobs(logprobs, tokens_, tokenizer_, character_count(info_.echo_text));
+      size_t offset = character_count(info_.echo_text);
+      if (!info_.scored_prompt.empty())
+        offset = append_prompt_logprobs(logprobs, info_.scored_prompt, prompt_scores_, tokenizer_);
+      append_completion_logprobs(logprobs, tokens_, tokenizer_, offset);
     }
     const json response = {
         {"id", info_.id},
@@ -167,6 +187,7 @@ class CompletionFormatter final : public GenerationFormatter {
   const Tokenizer& tokenizer_;
   std::string text_;
   std::vector<GeneratedToken> tokens_;
+  std::vector<PromptTokenLogprob> prompt_scores_;
 };
 
 class GenerateFormatter final : public GenerationFormatter {
@@ -197,7 +218,18 @@ void handle_completions(const RouteContext& context, const std::string& request_
   check_model_name(body, context.model.name);
   GenerationJob job;
   job.arrival = arrival;
-  job.params = parse_generation_params(body, context.model.default_sampling, {"max_tokens"}, kDefaultCompletionTokens);
+  const bool echo = optional_bool(body, "echo").value_or(false);
+  // With echo, max_tokens 0 asks for the prompt alone (scored, with logprobs): what lm-eval and
+  // other scoring clients send for log-likelihoods.
+  const auto asked = optional_integer(body, "max_tokens");
+  job.prompt_only = echo && asked && *asked == 0;
+  if (job.prompt_only) {
+    json rest = body;
+    rest.erase("max_tokens");
+    job.params = parse_generation_params(rest, context.model.default_sampling, {"max_tokens"}, 1);
+  } else {
+    job.params = parse_generation_params(body, context.model.default_sampling, {"max_tokens"}, kDefaultCompletionTokens);
+  }
   CompletionInfo info;
   info.model = context.model.name;
   info.include_usage = job.params.include_usage;
@@ -210,12 +242,13 @@ void handle_completions(const RouteContext& context, const std::string& request_
   }
   if (const auto suffix = optional_string(body, "suffix"); suffix && !suffix->empty())
     throw invalid_request("suffix", "'suffix' (insertion) is not supported");
-  const bool echo = optional_bool(body, "echo").value_or(false);
-  if (echo && info.logprobs)
-    throw invalid_request("echo", "'echo' together with 'logprobs' is not supported (no prompt logprobs)");
 
   PromptInput prompt = read_prompt(body, context.model.tokenizer);
   if (echo) info.echo_text = prompt.text;
+  if (echo && info.logprobs) {
+    info.scored_prompt = prompt.ids;
+    job.prompt_logprobs = job.params.sampling.top_logprobs;
+  }
   job.prompt = std::move(prompt.ids);
   job.prompt_param = "prompt";
   job.mode = OutputMode::Text;

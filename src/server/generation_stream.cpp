@@ -93,6 +93,8 @@ GenerationStream::GenerationStream(const RouteContext& context, GenerationJob jo
   request.prompt = std::move(job.prompt);
   request.max_tokens = job.params.max_tokens;
   request.sampling = job.params.sampling;
+  request.prompt_logprobs = job.prompt_logprobs;
+  request.prompt_only = job.prompt_only;
   if (!job.params.ignore_eos)
     request.stop_tokens.assign(context.model.stop_token_ids.begin(), context.model.stop_token_ids.end());
   if (job.params.min_tokens > 0) {
@@ -147,9 +149,10 @@ GenerationUpdate GenerationStream::next(std::chrono::milliseconds wait) {
     queue_->ready.wait_for(lock, wait, [&] { return !queue_->events.empty(); });
     events_.swap(queue_->events);
   }
-  for (const TokenEvent& e : events_) {
+  for (TokenEvent& e : events_) {
     if (finished_) break;  // events after a stop string belong to a request already cancelled
     cached_prompt_tokens_ = std::max(cached_prompt_tokens_, e.cached_prompt_tokens);
+    if (!e.prompt_logprobs.empty()) update.prompt_logprobs = std::move(e.prompt_logprobs);
     if (e.token >= 0) {
       ++completion_tokens_;
       update.tokens.push_back({e.token, e.logprob, e.top_logprobs});

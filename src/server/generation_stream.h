@@ -27,6 +27,8 @@ struct GenerationJob {
   OutputMode mode = OutputMode::Text;
   bool starts_in_reasoning = false;
   bool parse_tool_calls = true;  // chat: the request offered tools (OutputParserOptions)
+  int prompt_logprobs = -1;      // GenerationRequest::prompt_logprobs
+  bool prompt_only = false;      // GenerationRequest::prompt_only
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
 };
 
@@ -39,6 +41,7 @@ struct GeneratedToken {
 struct GenerationUpdate {
   ParsedOutput delta;                   // output that became certain since the last update
   std::vector<GeneratedToken> tokens;   // tokens consumed since the last update (for logprobs)
+  std::vector<PromptTokenLogprob> prompt_logprobs;  // once, when the job asked for them (prompt tokens 1..n-1)
   bool finished = false;
   std::string finish_reason;            // when finished without error: "stop" or "length"
   std::string error;                    // when finished by an engine error or a server shutdown

@@ -103,6 +103,23 @@ void append_completion_logprobs(json& logprobs, const std::vector<GeneratedToken
   }
 }
 
+size_t append_prompt_logprobs(json& logprobs, const std::vector<int32_t>& prompt,
+                              const std::vector<PromptTokenLogprob>& scores, const Tokenizer& tokenizer) {
+  if (prompt.empty()) return 0;
+  const std::string first = token_text(tokenizer, prompt[0]);
+  logprobs["tokens"].push_back(first);
+  logprobs["token_logprobs"].push_back(nullptr);
+  logprobs["top_logprobs"].push_back(nullptr);
+  logprobs["text_offset"].push_back(0);
+  size_t offset = character_count(first);
+  std::vector<GeneratedToken> rest;
+  for (size_t i = 1; i < prompt.size() && i - 1 < scores.size(); ++i)
+    rest.push_back({prompt[i], scores[i - 1].logprob, scores[i - 1].top});
+  append_completion_logprobs(logprobs, rest, tokenizer, offset);
+  for (const GeneratedToken& t : rest) offset += character_count(token_text(tokenizer, t.token));
+  return offset;
+}
+
 json tool_calls_json(const std::vector<ToolCall>& calls, int first_index, bool with_index) {
   json out = json::array();
   int index = first_index;

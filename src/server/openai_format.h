@@ -38,6 +38,11 @@ size_t character_count(std::string_view utf8_text);
 void append_completion_logprobs(nlohmann::json& logprobs, const std::vector<GeneratedToken>& tokens,
                                 const Tokenizer& tokenizer, size_t text_offset);
 nlohmann::json empty_completion_logprobs();
+// The same for an echoed prompt (echo with logprobs): its first token has nothing before it (null
+// logprob and top_logprobs), the others get the engine's prompt scores. Offsets start at 0; returns
+// the offset after the prompt's tokens.
+size_t append_prompt_logprobs(nlohmann::json& logprobs, const std::vector<int32_t>& prompt,
+                              const std::vector<PromptTokenLogprob>& scores, const Tokenizer& tokenizer);
 
 // OpenAI tool calls: [{index?, id, type: "function", function: {name, arguments: JSON text}}].
 nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, int first_index, bool with_index);

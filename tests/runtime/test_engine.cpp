@@ -30,11 +30,14 @@ struct Collector {
   FinishReason finish = FinishReason::None;
   int completion_tokens = 0;  // the finish event's count
   int cached_prompt_tokens = -1;
+  std::vector<PromptTokenLogprob> prompt_logprobs;
+  int prompt_logprob_events = 0;
   bool done = false;
   std::function<void(const TokenEvent&)> callback() {
     return [this](const TokenEvent& e) {
       std::lock_guard lock(mutex);
       if (e.token >= 0) tokens.push_back(e.token), logprobs.push_back(e.logprob);
+      if (!e.prompt_logprobs.empty()) prompt_logprobs = e.prompt_logprobs, ++prompt_logprob_events;
       if (e.finish != FinishReason::None) {
         finish = e.finish;
         completion_tokens = e.completion_tokens;
@@ -413,6 +416,55 @@ TEST_F(EngineTest, KeptPrefixesGiveWayToRequestsThatNeedTheirBlocks) {
   EXPECT_EQ(run_alone(*engine, prompts[5], 5).second, 95) << "the newest is still kept";
   wait_for_idle_kv(*engine);
   EXPECT_EQ(engine->stats().kv_usage, 0.0);
+}
+
+// Prompt logprobs (completions' echo with logprobs): every prompt token from the second on gets its
+// log-probability given the tokens before it, and the most likely tokens there, whatever the chunking
+// (more rows than a step holds) and the requests beside it. The reference is the prompt run alone
+// with every position's logits, log-softmax in double.
+TEST_F(EngineTest, PromptLogprobsScoreEveryPromptToken) {
+  auto engine = make_engine(32 << 20, 4, 64);  // 64-token steps, 32 logit rows: three steps for 90 tokens
+  const auto prompt = pseudo_random_ids(90, 512, 61), other = pseudo_random_ids(30, 512, 62);
+  FastSequenceModel m(*ckpt_, *ops_, comm_, 512, 32);
+  const auto rows = m.forward(prompt, true);
+  Collector scored, only, beside;
+  GenerationRequest r = greedy_request(prompt, 4, scored);
+  r.prompt_logprobs = 3;
+  engine->submit(std::move(r));
+  GenerationRequest q = greedy_request(prompt, 4, only);
+  q.prompt_logprobs = 0;
+  q.prompt_only = true;
+  engine->submit(std::move(q));
+  engine->submit(greedy_request(other, 12, beside));
+  scored.wait();
+  only.wait();
+  beside.wait();
+
+  EXPECT_EQ(scored.tokens, alone_greedy(prompt, 4));
+  EXPECT_EQ(beside.tokens, alone_greedy(other, 12));
+  EXPECT_EQ(only.finish, FinishReason::Length);
+  EXPECT_TRUE(only.tokens.empty());
+  EXPECT_EQ(only.completion_tokens, 0);
+  EXPECT_EQ(scored.prompt_logprob_events, 1);
+  EXPECT_EQ(only.prompt_logprob_events, 1);
+  ASSERT_EQ(scored.prompt_logprobs.size(), prompt.size() - 1);
+  ASSERT_EQ(only.prompt_logprobs.size(), prompt.size() - 1);
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    const std::vector<float>& row = rows[i - 1];
+    double sum = 0;
+    const float best = *std::max_element(row.begin(), row.end());
+    for (float l : row) sum += std::exp(double(l) - double(best));
+    const double normalizer = double(best) + std::log(sum);
+    const PromptTokenLogprob& s = scored.prompt_logprobs[i - 1];
+    EXPECT_NEAR(s.logprob, double(row[size_t(prompt[i])]) - normalizer, 1e-4) << "token " << i;
+    EXPECT_NEAR(only.prompt_logprobs[i - 1].logprob, s.logprob, 1e-4) << "token " << i;
+    EXPECT_TRUE(only.prompt_logprobs[i - 1].top.empty());
+    ASSERT_EQ(s.top.size(), 3u);
+    EXPECT_EQ(s.top[0].token, int32_t(std::max_element(row.begin(), row.end()) - row.begin())) << "token " << i;
+    EXPECT_NEAR(s.top[0].logprob, double(best) - normalizer, 1e-4);
+    EXPECT_GE(s.top[0].logprob, s.top[1].logprob);
+    EXPECT_GE(s.top[1].logprob, s.top[2].logprob);
+  }
 }
 
 }  // namespace

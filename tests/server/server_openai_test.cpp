@@ -99,6 +99,67 @@ TEST_F(OpenAIServer, TheNextTurnOfAChatReusesTheFirstTurnsCache) {
   EXPECT_EQ(without.stop(SIGTERM), 0);
 }
 
+// Prompt logprobs (echo with logprobs; max_tokens 0 for the prompt alone, as lm-eval scores
+// continuations): each prompt token's log-probability given the tokens before it. Scoring a prompt
+// that ends with a greedy answer gives the answer's tokens the logprobs their generation reported.
+TEST_F(OpenAIServer, EchoWithLogprobsScoresThePrompt) {
+  auto post = [&](const json& body) {
+    auto reply = test::curl(url("/v1/completions") + " -H 'Content-Type: application/json' -d " +
+                            test::shell_quote(body.dump()));
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    return reply.json();
+  };
+  const std::vector<int> prompt = {2, 818, 5442, 563, 496, 1764};
+  const json generated = post({{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 2},
+                               {"ignore_eos", true}});
+  const json& gen = generated["choices"][0]["logprobs"];
+  ASSERT_EQ(gen["tokens"].size(), 4u);
+  std::vector<int> whole = prompt;
+  const json ids = test::curl(url("/tokenize") + " -d " +
+                              test::shell_quote(json({{"prompt", generated["choices"][0]["text"]},
+                                                      {"add_special_tokens", false}}).dump())).json()["tokens"];
+  for (const json& id : ids) whole.push_back(id.get<int>());
+  ASSERT_EQ(whole.size(), prompt.size() + 4) << "the answer's text encodes back to its 4 tokens";
+
+  const json scored = post({{"prompt", whole}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 2}});
+  const json& choice = scored["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "length");
+  EXPECT_EQ(scored["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(scored["usage"]["prompt_tokens"], int(whole.size()));
+  const json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), whole.size());
+  EXPECT_EQ(lp["tokens"][0], "<bos>");
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  for (size_t i = 1; i < whole.size(); ++i) {
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0) << i;
+    EXPECT_LE(lp["top_logprobs"][i].size(), 3u) << "two alternatives, and the prompt token itself";
+    EXPECT_EQ(lp["top_logprobs"][i][lp["tokens"][i].get<std::string>()], lp["token_logprobs"][i]) << i;
+  }
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(lp["tokens"][prompt.size() + k], gen["tokens"][k]);
+    EXPECT_NEAR(lp["token_logprobs"][prompt.size() + k].get<double>(), gen["token_logprobs"][k].get<double>(), 1e-3)
+        << "answer token " << k;
+  }
+  EXPECT_EQ(choice["text"].get<std::string>(), test::curl(url("/detokenize") + " -d " +
+                                                               test::shell_quote(json({{"tokens", whole}}).dump()))
+                                                    .json()["prompt"]
+                                                    .get<std::string>());
+  // Streamed, and going on to generate: the echo chunk comes first, with the prompt's logprobs.
+  const auto streamed = test::curl(url("/v1/completions") + " -d " +
+                                   test::shell_quote(json({{"prompt", prompt}, {"max_tokens", 2}, {"echo", true},
+                                                           {"logprobs", 1}, {"stream", true}, {"temperature", 0}})
+                                                         .dump()));
+  ASSERT_EQ(streamed.status, 200);
+  const size_t first = streamed.body.find("data: ");
+  const json echo_chunk = json::parse(streamed.body.substr(first + 6, streamed.body.find("\n\n", first) - first - 6));
+  EXPECT_EQ(echo_chunk["choices"][0]["logprobs"]["tokens"].size(), prompt.size());
+  EXPECT_NEAR(echo_chunk["choices"][0]["logprobs"]["token_logprobs"][3].get<double>(),
+              lp["token_logprobs"][3].get<double>(), 1e-3);
+  // Without echo, max_tokens 0 is still refused.
+  EXPECT_EQ(test::curl(url("/v1/completions") + " -d '{\"prompt\": \"Hi\", \"max_tokens\": 0}'").status, 400);
+}
+
 TEST_F(OpenAIServer, GenerateTokenizeAndDetokenizeOverCurl) {
   auto generated = test::curl(url("/generate") + " -d '{\"prompt\": \"The sea\", \"max_tokens\": 7, \"temperature\": 0}'");
   ASSERT_EQ(generated.status, 200) << generated.body;

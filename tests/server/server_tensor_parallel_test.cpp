@@ -55,6 +55,23 @@ json top_logprobs(const ServerProcess& server, const std::string& text) {
   return r.status == 200 ? r.json()["choices"][0]["logprobs"]["content"] : json::array();
 }
 
+// The echoed prompt's logprobs (completions, echo with logprobs and max_tokens 0).
+json prompt_logprobs(const ServerProcess& server, const std::string& text) {
+  const json body = {{"prompt", text}, {"echo", true}, {"logprobs", 2}, {"max_tokens", 0}};
+  const HttpReply r = curl("-X POST " + server.base_url() + "/v1/completions -H 'content-type: application/json' -d " +
+                           shell_quote(body.dump()));
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.status == 200 ? r.json()["choices"][0]["logprobs"] : json::object();
+}
+
+void expect_same_prompt_logprobs(const json& single, const json& tp) {
+  EXPECT_EQ(single["tokens"], tp["tokens"]);
+  ASSERT_EQ(single["token_logprobs"].size(), tp["token_logprobs"].size());
+  ASSERT_GT(single["token_logprobs"].size(), 1u);
+  for (size_t i = 1; i < single["token_logprobs"].size(); ++i)
+    EXPECT_NEAR(single["token_logprobs"][i].get<double>(), tp["token_logprobs"][i].get<double>(), 1e-3) << i;
+}
+
 void expect_same_logprobs(const json& single, const json& tp) {
   ASSERT_EQ(single.size(), tp.size());
   for (size_t i = 0; i < single.size(); ++i) {
@@ -94,12 +111,14 @@ TEST(ServerTensorParallel, TwoRanksAnswerLikeOne) {
 
   std::vector<std::string> single;
   json single_logprobs;
+  json single_prompt_logprobs;
   std::vector<std::string> single_adjusted;
   {
     ServerProcess server;
     server.start(model, {"--threads", "1", "--kv-memory", "512MiB"});
     for (const auto& p : prompts) single.push_back(answer(server, p, 12));
     single_logprobs = top_logprobs(server, prompts[1]);
+    single_prompt_logprobs = prompt_logprobs(server, prompts[1]);
     single_adjusted = adjusted_answers(server, prompts[0]);
     EXPECT_EQ(server.stop(SIGTERM), 0);
   }
@@ -109,6 +128,7 @@ TEST(ServerTensorParallel, TwoRanksAnswerLikeOne) {
   server.start(model, {"--threads", "1", "--kv-memory", "512MiB"}, 180, launcher);
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(answer(server, prompts[i], 12), single[i]) << prompts[i];
   expect_same_logprobs(single_logprobs, top_logprobs(server, prompts[1]));
+  expect_same_prompt_logprobs(single_prompt_logprobs, prompt_logprobs(server, prompts[1]));
   EXPECT_EQ(adjusted_answers(server, prompts[0]), single_adjusted);
   // Concurrent requests are batched into the same steps on both ranks.
   std::vector<std::future<std::string>> together;
