@@ -203,7 +203,9 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
 }
 
 std::pair<int, int> Scheduler::choose_slot(const std::vector<int32_t>& tokens, bool reuse) const {
-  int best = -1, best_prefix = 0, empty = -1, oldest = -1;
+  // A match that is most of what its slot keeps is taken; a short one (the same system prompt,
+  // another conversation after it) only when no empty slot is left, since taking it gives back the rest.
+  int longest = -1, longest_prefix = 0, worth = -1, worth_prefix = 0, empty = -1, oldest = -1;
   for (auto it = free_slots_.rbegin(); it != free_slots_.rend(); ++it) {
     const int s = *it;
     const KeptPrefix& k = kept_[size_t(s)];
@@ -213,12 +215,12 @@ std::pair<int, int> Scheduler::choose_slot(const std::vector<int32_t>& tokens, b
     }
     if (oldest < 0 || k.last_used < kept_[size_t(oldest)].last_used) oldest = s;
     const int prefix = reuse ? reusable(s, tokens) : 0;
-    if (prefix > best_prefix) best = s, best_prefix = prefix;
+    if (prefix > longest_prefix) longest = s, longest_prefix = prefix;
+    if (prefix > worth_prefix && 2 * size_t(prefix) >= k.tokens.size()) worth = s, worth_prefix = prefix;
   }
-  // A match that is most of what its slot keeps is taken; a short one (the same system prompt,
-  // another conversation after it) only when no empty slot is left, since taking it gives back the rest.
-  if (best >= 0 && (empty < 0 || 2 * size_t(best_prefix) >= kept_[size_t(best)].tokens.size())) return {best, best_prefix};
+  if (worth >= 0) return {worth, worth_prefix};
   if (empty >= 0) return {empty, 0};
+  if (longest >= 0) return {longest, longest_prefix};
   return {oldest, 0};
 }
 
