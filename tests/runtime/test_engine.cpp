@@ -398,6 +398,27 @@ TEST_F(EngineTest, PartlySharedPromptsReuseWhatTheSlidingWindowStillHolds) {
   EXPECT_EQ(far_tokens, alone_greedy(far, 6));
 }
 
+// Which kept prefix a prompt takes: the longest match that is at least half of what its slot keeps
+// (cutting a slot back to less gives up more than it saves while an empty slot is free).
+TEST_F(EngineTest, APromptTakesTheLongestMatchWorthItsSlot) {
+  auto engine = make_engine(32 << 20, 4, 64);
+  const auto base = pseudo_random_ids(100, 512, 71);
+  auto start_of = [&](int n, uint32_t tail_seed, int tail) {
+    std::vector<int32_t> p(base.begin(), base.begin() + n);
+    const auto more = pseudo_random_ids(tail, 512, tail_seed);
+    p.insert(p.end(), more.begin(), more.end());
+    return p;
+  };
+  EXPECT_EQ(run_alone(*engine, base, 1).second, 0);  // keeps 100 tokens
+  // 20 of 100: not worth that slot; an empty one is taken (and keeps 30).
+  EXPECT_EQ(run_alone(*engine, start_of(20, 72, 10), 1).second, 0);
+  // 40 of 100 fails the rule, 20 of 30 passes it.
+  const auto prompt = start_of(40, 73, 8);
+  const auto [tokens, cached] = run_alone(*engine, prompt, 5);
+  EXPECT_EQ(cached, 20);
+  EXPECT_EQ(tokens, alone_greedy(prompt, 5));
+}
+
 // Kept prefixes hold blocks only while nobody needs them: requests that need the memory take it
 // (least recently kept first) instead of waiting or preempting, and a prefix given back is not reused.
 TEST_F(EngineTest, KeptPrefixesGiveWayToRequestsThatNeedTheirBlocks) {
