@@ -74,4 +74,35 @@ uint16_t f32_to_f16(float f) {
   return sign | uint16_t((rounded - 0x38000000u) >> 13);
 }
 
+// Words of 8 bytes at a time: a lane of (word & exponents) ^ exponents is zero where the exponent
+// bits are all set, found with the has-a-zero-lane trick (whose false hits, from a borrow, need a
+// zero lane below them), then the element within the 64-byte line that had one.
+int64_t first_non_finite(DType dtype, const void* data, size_t bytes) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  const size_t elem = dtype == DType::F32 ? 4 : 2;
+  const uint64_t exponents = dtype == DType::F32   ? 0x7F8000007F800000ull
+                             : dtype == DType::F16 ? 0x7C007C007C007C00ull
+                                                   : 0x7F807F807F807F80ull;
+  const uint64_t ones = elem == 4 ? 0x0000000100000001ull : 0x0001000100010001ull;
+  const uint64_t highs = elem == 4 ? 0x8000000080000000ull : 0x8000800080008000ull;
+  size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) {
+    uint64_t hit = 0;
+    for (size_t w = 0; w < 64; w += 8) {
+      uint64_t word;
+      std::memcpy(&word, p + i + w, 8);
+      const uint64_t x = (word & exponents) ^ exponents;
+      hit |= (x - ones) & ~x & highs;
+    }
+    if (hit) break;
+  }
+  const uint32_t exponent = elem == 4 ? uint32_t(exponents) : uint32_t(exponents & 0xFFFF);
+  for (; i + elem <= bytes; i += elem) {
+    uint32_t v = 0;
+    std::memcpy(&v, p + i, elem);
+    if ((v & exponent) == exponent) return int64_t(i / elem);
+  }
+  return -1;
+}
+
 }  // namespace tandem

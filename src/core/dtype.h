@@ -32,4 +32,8 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t bits);
 uint16_t f32_to_f16(float f);
 
+// The index of the first Inf or NaN among the F32, F16 or BF16 elements of `bytes` bytes at `data`
+// (exponent bits all ones), or -1: a scan at memory speed, for refusing corrupt weights at load.
+int64_t first_non_finite(DType dtype, const void* data, size_t bytes);
+
 }  // namespace tandem

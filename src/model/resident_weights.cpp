@@ -38,8 +38,22 @@ struct CopyJob {
   size_t offset;
   size_t rows, row_bytes, stride;
   uint8_t* dest;
+  // Float matrices are checked for Inf and NaN as they arrive, naming `tensor` (null: codes and
+  // scales, whose scales the loader checked).
+  const std::string* tensor = nullptr;
+  WeightFormat format = WeightFormat::BF16;
   size_t bytes() const { return rows * row_bytes; }
 };
+
+void refuse_non_finite(const CopyJob& job, const uint8_t* row, size_t first_row, size_t rows) {
+  if (!job.tensor || is_quantized(job.format)) return;
+  const DType dtype = job.format == WeightFormat::F32 ? DType::F32 : job.format == WeightFormat::F16 ? DType::F16 : DType::BF16;
+  const int64_t at = first_non_finite(dtype, row, rows * job.row_bytes);
+  if (at < 0) return;
+  const size_t per_row = job.row_bytes / (job.format == WeightFormat::F32 ? 4 : 2);
+  fail("{}: tensor '{}' holds a non-finite value (Inf or NaN) at row {}, column {} (of this rank's part)",
+       job.file->path, *job.tensor, first_row + size_t(at) / per_row, size_t(at) % per_row);
+}
 
 void pread_all(const FileSpan& f, uint8_t* dest, size_t n, size_t offset) {
   while (n > 0) {
@@ -54,11 +68,19 @@ void pread_all(const FileSpan& f, uint8_t* dest, size_t n, size_t offset) {
 
 void run_job(const CopyJob& job) {
   if (job.stride == job.row_bytes) {
-    pread_all(*job.file, job.dest, job.bytes(), job.offset);
+    // In pieces that are still in cache when checked.
+    const size_t rows_per_piece = std::max<size_t>(1, (size_t(1) << 20) / std::max<size_t>(1, job.row_bytes));
+    for (size_t r = 0; r < job.rows; r += rows_per_piece) {
+      const size_t rows = std::min(rows_per_piece, job.rows - r);
+      pread_all(*job.file, job.dest + r * job.row_bytes, rows * job.row_bytes, job.offset + r * job.row_bytes);
+      refuse_non_finite(job, job.dest + r * job.row_bytes, r, rows);
+    }
     return;
   }
-  for (size_t r = 0; r < job.rows; ++r)
+  for (size_t r = 0; r < job.rows; ++r) {
     pread_all(*job.file, job.dest + r * job.row_bytes, job.row_bytes, job.offset + r * job.stride);
+    refuse_non_finite(job, job.dest + r * job.row_bytes, r, 1);
+  }
 }
 
 // Rearranges m (Plain, codes then any scales in `region`, where m.data points) into the Interleaved
@@ -139,11 +161,23 @@ std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const Ch
 
   // Every matrix decoding streams; the LM head shares its tensor with the embedding at TP=1.
   std::vector<WeightMatrix*> matrices = {&w.lm_head, &w.ple_model_projection};
-  for (LayerWeights& l : w.layers)
-    for (WeightMatrix* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
-                            &l.ple_gate, &l.ple_projection})
+  std::vector<std::string> names = {w.prefix + "embed_tokens.weight", w.prefix + "per_layer_model_projection.weight"};
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    LayerWeights& l = w.layers[i];
+    const std::string p = w.prefix + "layers." + std::to_string(i) + ".";
+    for (auto [m, name] : {std::pair{&l.q_proj, "self_attn.q_proj"}, {&l.k_proj, "self_attn.k_proj"},
+                           {&l.v_proj, "self_attn.v_proj"}, {&l.o_proj, "self_attn.o_proj"}, {&l.gate_proj, "mlp.gate_proj"},
+                           {&l.up_proj, "mlp.up_proj"}, {&l.down_proj, "mlp.down_proj"},
+                           {&l.ple_gate, "per_layer_input_gate"}, {&l.ple_projection, "per_layer_projection"}}) {
       matrices.push_back(m);
-  std::erase_if(matrices, [](const WeightMatrix* m) { return m->empty(); });
+      names.push_back(p + name + ".weight");
+    }
+  }
+  for (size_t i = matrices.size(); i-- > 0;)
+    if (matrices[i]->empty()) {
+      matrices.erase(matrices.begin() + int64_t(i));
+      names.erase(names.begin() + int64_t(i));
+    }
   const bool embed_is_lm_head = w.embed.data == w.lm_head.data && w.embed.rows == w.lm_head.rows;
 
   // Lay the copies out: data then scales of each matrix, each 64-byte aligned.
@@ -173,11 +207,13 @@ std::unique_ptr<ResidentWeights> ResidentWeights::load(ModelWeights& w, const Ch
   r->bytes_ = total;
 
   std::vector<CopyJob> jobs;
-  for (const Placement& p : placements) {
+  for (size_t i = 0; i < placements.size(); ++i) {
+    const Placement& p = placements[i];
     WeightMatrix& m = *p.matrix;
     const size_t rb = size_t(row_bytes(m.format, m.cols));
     const FileSpan& f = span_of(m.data);
-    jobs.push_back({&f, size_t(m.data - f.base), size_t(m.rows), rb, size_t(m.row_stride), base + p.data_at});
+    jobs.push_back({&f, size_t(m.data - f.base), size_t(m.rows), rb, size_t(m.row_stride), base + p.data_at, &names[i],
+                    m.format});
     if (m.scales) {
       const FileSpan& sf = span_of(m.scales);
       const size_t sb = size_t(scale_row_bytes(m.format, m.cols));

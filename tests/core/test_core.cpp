@@ -1,6 +1,11 @@
 // Floor 1: dtype conversions, the thread pool, CPU feature detection.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -47,6 +52,35 @@ TEST(DType, F16RoundTripsEveryValue) {
   EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
   EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);                    // overflow -> inf
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -26)), 0x0000);   // below half the smallest subnormal
+}
+
+// Every position of a buffer, every non-finite kind, each format: the scan finds the first one, with
+// finite neighbours whose exponents are all ones but one bit (the largest finite values) and zeros.
+TEST(DType, FirstNonFiniteFindsEveryInfAndNaN) {
+  const float kinds[] = {INFINITY, -INFINITY, NAN, -NAN};
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    const size_t elem = dtype_size(dtype);
+    auto encode = [&](float f) -> uint32_t {
+      return dtype == DType::F32 ? std::bit_cast<uint32_t>(f) : dtype == DType::F16 ? f32_to_f16(f) : f32_to_bf16(f);
+    };
+    const float largest = dtype == DType::F32 ? 3.4e38f : dtype == DType::F16 ? 65504.0f : 3.38e38f;
+    for (size_t n : {1, 3, 31, 32, 33, 100, 257}) {
+      std::vector<uint8_t> buffer(n * elem);
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t v = encode(i % 3 == 0 ? largest : i % 3 == 1 ? -largest : 0.0f);
+        std::memcpy(buffer.data() + i * elem, &v, elem);
+      }
+      EXPECT_EQ(first_non_finite(dtype, buffer.data(), buffer.size()), -1) << dtype_name(dtype) << " " << n;
+      for (size_t at = 0; at < n; ++at)
+        for (float kind : kinds) {
+          std::vector<uint8_t> bad = buffer;
+          const uint32_t v = encode(kind);
+          std::memcpy(bad.data() + at * elem, &v, elem);
+          if (at + 2 < n) std::memcpy(bad.data() + (at + 2) * elem, &v, elem);  // only the first counts
+          ASSERT_EQ(first_non_finite(dtype, bad.data(), bad.size()), int64_t(at)) << dtype_name(dtype) << " " << n;
+        }
+    }
+  }
 }
 
 TEST(DType, Names) {

@@ -60,12 +60,28 @@ TEST(Checkpoint, NonFiniteWeightsAreRefused) {
   EXPECT_THAT(open_error(quantized.path()),
               ::testing::HasSubstr(prefix + "self_attn.q_proj.weight_scale' holds a non-finite scale (f16 0x7e00) at row 0, block 1"));
 
+  // Matrices copied into memory (resident, the default) are checked as they are read; a NaN in a query
+  // weight otherwise goes unnoticed (the attention's exp clamps it away) and the tokens change.
+  test::TempDir query;
+  test::copy_folder_files(original, query.path());
+  test::overwrite_tensor_start(query.path(), prefix + "self_attn.q_proj.weight", std::string("\x00\x00\xc0\x7f", 4));
+  const auto refused = test::run(test::shell_quote(test::tandem_binary()) + " generate --ids 2,5,6 --max-tokens 2 --model " +
+                                 test::shell_quote(query.path()));
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_THAT(refused.err, ::testing::HasSubstr(prefix + "self_attn.q_proj.weight' holds a non-finite value (Inf or NaN) "
+                                                "at row 0, column 1"));
+
   test::TempDir matrix;
   test::copy_folder_files(original, matrix.path());
-  // Token 0's embedding row: the prompt below carries the NaN into the residual stream.
+  // Token 0's embedding row: the prompt below carries the NaN into the residual stream. Mapped weights
+  // are not scanned (that would read the whole checkpoint at start-up); the step's check stops it.
   test::overwrite_tensor_start(matrix.path(), "model.language_model.embed_tokens.weight", "\xc0\x7f");
-  const auto generated = test::run(test::shell_quote(test::tandem_binary()) + " generate --ids 2,0,6 --max-tokens 2 --model " +
-                                   test::shell_quote(matrix.path()));
+  const std::string generate = test::shell_quote(test::tandem_binary()) + " generate --ids 2,0,6 --max-tokens 2 --model " +
+                               test::shell_quote(matrix.path());
+  const auto resident = test::run(generate);
+  EXPECT_EQ(resident.exit_code, 1) << resident.out;
+  EXPECT_THAT(resident.err, ::testing::HasSubstr("embed_tokens.weight' holds a non-finite value (Inf or NaN) at row 0, column 0"));
+  const auto generated = test::run(generate + " --weights mapped");
   EXPECT_EQ(generated.exit_code, 1) << generated.out;
   EXPECT_THAT(generated.err, ::testing::HasSubstr("non-finite value (NaN or Inf) in its final hidden state"));
 
