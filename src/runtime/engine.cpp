@@ -96,12 +96,16 @@ uint64_t Engine::submit(GenerationRequest request) {
   if (request.prompt_logprobs > kMaxPromptLogprobs)
     throw RequestRejected(RequestRejected::Kind::Invalid,
                           fmt::format("prompt logprobs can list at most {} alternatives", kMaxPromptLogprobs));
-  if (prompt >= context_limit_)
+  if (request.prompt_only && prompt > context_limit_)
+    throw RequestRejected(RequestRejected::Kind::ContextLength,
+                          fmt::format("this model's maximum context length is {} tokens, but the prompt has {} tokens",
+                                      context_limit_, prompt));
+  if (!request.prompt_only && prompt >= context_limit_)
     throw RequestRejected(RequestRejected::Kind::ContextLength,
                           fmt::format("this model's maximum context length is {} tokens, but the prompt has {} "
                                       "tokens (and at least one must be generated)",
                                       context_limit_, prompt));
-  const int max_tokens = request.max_tokens > 0 ? request.max_tokens : context_limit_ - prompt;
+  const int max_tokens = request.prompt_only ? 0 : request.max_tokens > 0 ? request.max_tokens : context_limit_ - prompt;
   if (prompt + max_tokens > context_limit_)
     throw RequestRejected(RequestRejected::Kind::ContextLength,
                           fmt::format("this model's maximum context length is {} tokens, but {} were requested "

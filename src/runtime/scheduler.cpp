@@ -186,8 +186,10 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
     seq->computed = prefix;
     if (seq->reused < 0) {
       seq->reused = prefix;
-      reuse_queries_ += seq->tokens.size();
-      reuse_hits_ += uint64_t(prefix);
+      if (!seq->score_prompt) {  // it never looks (vLLM leaves such requests out of these counts too)
+        reuse_queries_ += seq->tokens.size();
+        reuse_hits_ += uint64_t(prefix);
+      }
     }
     if (!try_plan(seq, n, start)) {  // only when nothing runs and even the first chunk is too long
       out.kv_ops.push_back({KvOp::Release, slot, 0});

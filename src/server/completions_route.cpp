@@ -88,7 +88,9 @@ class CompletionStreamFormatter final : public GenerationFormatter {
   std::string format(const GenerationUpdate& u) override {
     std::string out;
     // The engine sends the prompt's scores with the first event after the prompt ran.
-    if (!info_.scored_prompt.empty() && !echoed_ && (!u.prompt_logprobs.empty() || !u.tokens.empty() || u.finished))
+    // (Not when the request failed before its prompt was scored: the error event alone then.)
+    if (!info_.scored_prompt.empty() && !echoed_ &&
+        (!u.prompt_logprobs.empty() || !u.tokens.empty() || (u.finished && u.error.empty())))
       out += echo_with_logprobs(u.prompt_logprobs);
     if (info_.logprobs) pending_.insert(pending_.end(), u.tokens.begin(), u.tokens.end());
     if (!u.delta.content.empty()) out += sse_event(chunk(u.delta.content, take_pending(), nullptr));
@@ -224,6 +226,8 @@ void handle_completions(const RouteContext& context, const std::string& request_
   const auto asked = optional_integer(body, "max_tokens");
   job.prompt_only = echo && asked && *asked == 0;
   if (job.prompt_only) {
+    if (optional_integer(body, "min_tokens").value_or(0) > 0)
+      throw invalid_request("min_tokens", "'min_tokens' must be 0 when 'max_tokens' is 0 (the prompt alone is scored)");
     json rest = body;
     rest.erase("max_tokens");
     job.params = parse_generation_params(rest, context.model.default_sampling, {"max_tokens"}, 1);

@@ -53,6 +53,14 @@ ApiError rejected_to_api_error(const RequestRejected& e, const GenerationJob& jo
 void check_lengths(const GenerationJob& job, int context_limit) {
   const int prompt = int(job.prompt.size());
   if (prompt == 0) throw invalid_request(job.prompt_param, "the prompt is empty");
+  if (job.prompt_only) {  // nothing is generated: the prompt may take the whole context
+    if (prompt > context_limit)
+      throw context_length_exceeded(job.prompt_param,
+                                    fmt::format("this model's maximum context length is {} tokens, but the prompt has "
+                                                "{} tokens; shorten the {}",
+                                                context_limit, prompt, job.prompt_param));
+    return;
+  }
   if (prompt >= context_limit)
     throw context_length_exceeded(
         job.prompt_param, fmt::format("this model's maximum context length is {} tokens, but the prompt has {} tokens "

@@ -308,6 +308,22 @@ TEST_F(EngineTest, RejectsBadRequests) {
   const int limit = engine->context_limit();
   EXPECT_EQ(kind_of(greedy_request(std::vector<int32_t>(size_t(limit), 7), 1, c)), int(RequestRejected::Kind::ContextLength));
   EXPECT_EQ(kind_of(greedy_request({2, 7}, limit, c)), int(RequestRejected::Kind::ContextLength));
+  // A prompt scored alone generates nothing, so it may fill the context, and no more (a pool of 8
+  // blocks: a context of 128).
+  engine = make_engine(kv_bytes_of(8, 2), 2, 32);
+  const int small = engine->context_limit();
+  ASSERT_EQ(small, 128);
+  GenerationRequest too_long = greedy_request(std::vector<int32_t>(size_t(small) + 1, 7), 1, c);
+  too_long.prompt_only = true;
+  EXPECT_EQ(kind_of(std::move(too_long)), int(RequestRejected::Kind::ContextLength));
+  Collector whole;
+  GenerationRequest filling = greedy_request(pseudo_random_ids(small, 512, 81), 1, whole);
+  filling.prompt_only = true;
+  filling.prompt_logprobs = 0;
+  EXPECT_EQ(kind_of(std::move(filling)), -1);
+  whole.wait();
+  EXPECT_EQ(whole.finish, FinishReason::Length);
+  EXPECT_EQ(whole.prompt_logprobs.size(), size_t(small) - 1);
 }
 
 TEST_F(EngineTest, FullQueueIsRefused) {
@@ -461,6 +477,7 @@ TEST_F(EngineTest, PromptLogprobsScoreEveryPromptToken) {
   only.wait();
   beside.wait();
 
+  EXPECT_EQ(engine->stats().prefix_cache_queries, other.size()) << "scored prompts never look up kept prefixes";
   EXPECT_EQ(scored.tokens, alone_greedy(prompt, 4));
   EXPECT_EQ(beside.tokens, alone_greedy(other, 12));
   EXPECT_EQ(only.finish, FinishReason::Length);
