@@ -233,7 +233,7 @@ void serve(const ServeOptions& o) {
   engine_options.worker.kv_memory_bytes = kv_bytes;
   engine_options.worker.kv_dtype = kv_dtype_option(o.kv_dtype, checkpoint->weights);
   engine_options.worker.kv_prefault = o.kv_prefault;
-  engine_options.prefix_reuse = !o.no_prefix_cache;
+  engine_options.worker.prefix_reuse = !o.no_prefix_cache;
   engine_options.max_waiting = o.max_queue;
   engine_options.context_limit = o.ctx_size;
   engine_options.sampling_pool = &pool;

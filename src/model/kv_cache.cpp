@@ -40,15 +40,22 @@ int64_t KvCache::sliding_blocks_per_sequence(const Gemma4Config& c, int block_si
   return (int64_t(c.sliding_window) - 1 + max_chunk + block_size - 1) / block_size + 1;
 }
 
+int64_t KvCache::pinned_blocks_per_sequence(const Gemma4Config& c, int block_size) {
+  // A window of `sliding_window` positions ending at p - 1 or p: window + 1 positions, over at most
+  // this many blocks.
+  return (int64_t(c.sliding_window) + block_size - 1) / block_size + 1;
+}
+
 KvCacheOptions KvCache::plan(const Gemma4Config& c, const ModelWeights& w, size_t budget, int max_sequences,
-                             int max_chunk, int block_size, KvDType dtype) {
+                             int max_chunk, int block_size, KvDType dtype, bool pin_windows) {
   KvCacheOptions o;
   o.block_size = block_size;
   o.dtype = dtype;
   const size_t sliding_bytes = sliding_block_bytes(c, w, o), full_bytes = full_block_bytes(c, w, o);
   if (sliding_bytes > 0) {
     o.sliding_blocks_per_sequence = sliding_blocks_per_sequence(c, block_size, max_chunk);
-    o.sliding_blocks = o.sliding_blocks_per_sequence * max_sequences;
+    if (pin_windows) o.pinned_blocks_per_sequence = pinned_blocks_per_sequence(c, block_size);
+    o.sliding_blocks = (o.sliding_blocks_per_sequence + o.pinned_blocks_per_sequence) * max_sequences;
   }
   const size_t sliding_total = size_t(o.sliding_blocks) * sliding_bytes;
   // The sliding-window layers' windows of every sequence, and at least one block of context.
@@ -179,16 +186,43 @@ std::pair<int64_t, int64_t> KvCache::blocks_needed(const KvSequenceBlocks& seq, 
   if (options_.sliding_blocks > 0) {
     const int64_t first = seq.sliding.empty() ? first_visible_block(seq.length) : seq.sliding_first;
     sliding = std::max<int64_t>(0, last_block + 1 - (first + int64_t(seq.sliding.size())));
-    sliding -= sliding_blocks_to_drop(seq, sliding);
+    sliding -= sliding_blocks_to_drop(seq, sliding).second;
   }
   return {full, sliding};
 }
 
-int64_t KvCache::sliding_blocks_to_drop(const KvSequenceBlocks& seq, int64_t new_blocks) const {
-  if (seq.sliding.empty()) return 0;
+std::pair<int64_t, int64_t> KvCache::sliding_blocks_to_drop(const KvSequenceBlocks& seq, int64_t new_blocks) const {
+  if (seq.sliding.empty()) return {0, 0};
   const int64_t over = int64_t(seq.sliding.size()) + new_blocks - options_.sliding_blocks_per_sequence;
   const int64_t unseen = std::max<int64_t>(0, first_visible_block(seq.length) - seq.sliding_first);
-  return std::clamp<int64_t>(over, 0, unseen);
+  const int64_t drop = std::clamp<int64_t>(over, 0, unseen);
+  int64_t freed = 0;
+  for (int64_t i = 0; i < drop; ++i) freed += pins(seq, seq.sliding_first + i) ? 0 : 1;
+  return {drop, freed};
+}
+
+bool KvCache::pins(const KvSequenceBlocks& seq, int64_t logical_block) const {
+  return seq.pinned_length > 0 && logical_block >= first_visible_block(seq.pinned_length - 1) &&
+         logical_block <= (int64_t(seq.pinned_length) - 1) / options_.block_size;
+}
+
+void KvCache::drop_oldest_sliding(KvSequenceBlocks& seq) {
+  const int32_t block = seq.sliding.front();
+  if (pins(seq, seq.sliding_first)) {
+    if (seq.pinned.empty()) seq.pinned_first = seq.sliding_first;
+    seq.pinned.push_back(block);
+  } else {
+    free_sliding_.push_back(block);
+  }
+  seq.sliding.erase(seq.sliding.begin());
+  ++seq.sliding_first;
+}
+
+void KvCache::pin(KvSequenceBlocks& seq, int length) {
+  if (options_.pinned_blocks_per_sequence == 0 || options_.sliding_blocks == 0 || length < 1) return;
+  free_sliding_.insert(free_sliding_.end(), seq.pinned.begin(), seq.pinned.end());
+  seq.pinned.clear();
+  seq.pinned_length = length;
 }
 
 bool KvCache::reserve(KvSequenceBlocks& seq, int end) {
@@ -203,11 +237,7 @@ bool KvCache::reserve(KvSequenceBlocks& seq, int end) {
   if (options_.sliding_blocks > 0 && end > seq.length)
     sliding_needed = std::max<int64_t>(
         0, (int64_t(end) - 1) / options_.block_size + 1 - (seq.sliding_first + int64_t(seq.sliding.size())));
-  for (int64_t i = sliding_blocks_to_drop(seq, sliding_needed); i > 0; --i) {
-    free_sliding_.push_back(seq.sliding.front());
-    seq.sliding.erase(seq.sliding.begin());
-    ++seq.sliding_first;
-  }
+  for (int64_t i = sliding_blocks_to_drop(seq, sliding_needed).first; i > 0; --i) drop_oldest_sliding(seq);
   for (int64_t i = 0; i < sliding_needed; ++i) {
     seq.sliding.push_back(free_sliding_.back());
     free_sliding_.pop_back();
@@ -218,16 +248,14 @@ bool KvCache::reserve(KvSequenceBlocks& seq, int end) {
 void KvCache::trim_window(KvSequenceBlocks& seq) {
   const int64_t keep_from = first_visible_block(seq.length);  // the next query is at seq.length
   while (!seq.sliding.empty() && seq.sliding_first < keep_from &&
-         int64_t(seq.sliding.size()) > options_.sliding_blocks_per_sequence) {
-    free_sliding_.push_back(seq.sliding.front());
-    seq.sliding.erase(seq.sliding.begin());
-    ++seq.sliding_first;
-  }
+         int64_t(seq.sliding.size()) > options_.sliding_blocks_per_sequence)
+    drop_oldest_sliding(seq);
 }
 
 void KvCache::release(KvSequenceBlocks& seq) {
   free_full_.insert(free_full_.end(), seq.full.begin(), seq.full.end());
   free_sliding_.insert(free_sliding_.end(), seq.sliding.begin(), seq.sliding.end());
+  free_sliding_.insert(free_sliding_.end(), seq.pinned.begin(), seq.pinned.end());
   seq = KvSequenceBlocks{};
 }
 
@@ -237,10 +265,23 @@ std::optional<KvSequenceBlocks> KvCache::truncated(const KvSequenceBlocks& seq, 
   cut.length = length;
   const int64_t blocks = full_blocks_for(length);  // logical blocks [0, blocks) hold [0, length)
   if (int64_t(cut.full.size()) > blocks) cut.full.resize(size_t(blocks));
-  if (!cut.sliding.empty()) {
-    if (cut.sliding_first > first_visible_block(length)) return std::nullopt;
-    const int64_t keep = std::max<int64_t>(0, blocks - cut.sliding_first);
-    if (int64_t(cut.sliding.size()) > keep) cut.sliding.resize(size_t(keep));
+  cut.pinned.clear();
+  cut.pinned_length = 0;
+  if (options_.sliding_blocks > 0 && length > 0 && (!seq.sliding.empty() || !seq.pinned.empty())) {
+    // The blocks a query at `length` sees, from the sequence's own run or its pinned one.
+    const int64_t first = first_visible_block(length);
+    cut.sliding.clear();
+    cut.sliding_first = first;
+    for (int64_t b = first; b < blocks; ++b) {
+      if (b >= seq.sliding_first && b < seq.sliding_first + int64_t(seq.sliding.size()))
+        cut.sliding.push_back(seq.sliding[size_t(b - seq.sliding_first)]);
+      else if (b >= seq.pinned_first && b < seq.pinned_first + int64_t(seq.pinned.size()))
+        cut.sliding.push_back(seq.pinned[size_t(b - seq.pinned_first)]);
+      else
+        return std::nullopt;
+    }
+  } else if (length == 0) {
+    cut.sliding.clear();
   }
   return cut;
 }
@@ -249,7 +290,9 @@ void KvCache::truncate(KvSequenceBlocks& seq, int length) {
   std::optional<KvSequenceBlocks> cut = truncated(seq, length);
   if (!cut) fail("cannot cut a sequence of {} positions back to {}: its sliding window has moved on", seq.length, length);
   free_full_.insert(free_full_.end(), seq.full.begin() + int64_t(cut->full.size()), seq.full.end());
-  free_sliding_.insert(free_sliding_.end(), seq.sliding.begin() + int64_t(cut->sliding.size()), seq.sliding.end());
+  for (const std::vector<int32_t>* run : {&seq.sliding, &seq.pinned})
+    for (int32_t block : *run)
+      if (std::find(cut->sliding.begin(), cut->sliding.end(), block) == cut->sliding.end()) free_sliding_.push_back(block);
   seq = std::move(*cut);
 }
 

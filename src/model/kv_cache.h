@@ -24,6 +24,8 @@ struct KvCacheOptions {
   // chunk). A sequence keeps blocks that left its window up to this many, so that prefix reuse can
   // cut it back past its window; 0: it gives them back at once.
   int64_t sliding_blocks_per_sequence = 0;
+  // Room per sequence, beyond that share, for the sliding blocks of a pinned window (pin()).
+  int64_t pinned_blocks_per_sequence = 0;
   // Back the whole pool with memory at start-up (see prefault_fresh_pages) instead of page by page
   // as blocks are first written: steadier step times, and the memory is committed up front.
   bool prefault = false;
@@ -34,6 +36,11 @@ struct KvSequenceBlocks {
   std::vector<int32_t> sliding;     // logical block (sliding_first + i) -> physical sliding block
   int64_t sliding_first = 0;
   int length = 0;                   // positions [0, length) are stored
+  // KvCache::pin(): sliding blocks of the window a query at pinned_length - 1 or pinned_length sees,
+  // kept once they leave the sequence's own window (logical blocks pinned_first + i).
+  std::vector<int32_t> pinned;
+  int64_t pinned_first = 0;
+  int pinned_length = 0;            // 0: nothing pinned
 };
 
 // The KV cache element type a model gets unless its user picks one (`--kv-dtype auto`): f32 where
@@ -56,9 +63,12 @@ class KvCache {
   static size_t sliding_block_bytes(const Gemma4Config& config, const ModelWeights& weights, const KvCacheOptions& o);
   // Sliding blocks one sequence needs at most while prefilling chunks of up to `max_chunk` tokens.
   static int64_t sliding_blocks_per_sequence(const Gemma4Config& config, int block_size, int max_chunk);
-  // Splits a memory budget between the pools so that `max_sequences` sequences fit in the sliding pool.
+  // Sliding blocks a pinned window takes at most (pin()).
+  static int64_t pinned_blocks_per_sequence(const Gemma4Config& config, int block_size);
+  // Splits a memory budget between the pools so that `max_sequences` sequences fit in the sliding
+  // pool, each with room for a pinned window when `pin_windows`.
   static KvCacheOptions plan(const Gemma4Config& config, const ModelWeights& weights, size_t budget_bytes,
-                             int max_sequences, int max_chunk, int block_size, KvDType dtype);
+                             int max_sequences, int max_chunk, int block_size, KvDType dtype, bool pin_windows = false);
 
   const KvCacheOptions& options() const { return options_; }
   KvLayerView layer_view(int layer) const;  // the storage of `layer`, which must own its K/V
@@ -86,8 +96,12 @@ class KvCache {
   // from there (prefix reuse); nullopt where a sliding layer has given back a block that a query at
   // `length` still sees. Changes nothing: truncate() does the cut.
   std::optional<KvSequenceBlocks> truncated(const KvSequenceBlocks& seq, int length) const;
-  // Cuts `seq` to truncated(seq, length), returning the blocks past it to the pools.
+  // Cuts `seq` to truncated(seq, length), returning the rest of its blocks to the pools.
   void truncate(KvSequenceBlocks& seq, int length);
+  // Keeps the sliding blocks a query at `length - 1` or `length` sees (a prompt's end) when they leave
+  // the sequence's window, so that it can be cut back there however far it goes on: the next turn of
+  // a chat after a long (thinking) answer, or the same prompt again. Needs pinned_blocks_per_sequence.
+  void pin(KvSequenceBlocks& seq, int length);
 
   int64_t free_full_blocks() const { return int64_t(free_full_.size()); }
   int64_t free_sliding_blocks() const { return int64_t(free_sliding_.size()); }
@@ -105,8 +119,11 @@ class KvCache {
     int kv_heads = 0;
   };
   int64_t first_visible_block(int position) const;  // for sliding layers
-  // Sliding blocks left of the window that reserving `new_blocks` more must give back.
-  int64_t sliding_blocks_to_drop(const KvSequenceBlocks& seq, int64_t new_blocks) const;
+  // Sliding blocks left of the window that reserving `new_blocks` more must drop, and how many of
+  // them go back to the pool (the others are pinned).
+  std::pair<int64_t, int64_t> sliding_blocks_to_drop(const KvSequenceBlocks& seq, int64_t new_blocks) const;
+  bool pins(const KvSequenceBlocks& seq, int64_t logical_block) const;
+  void drop_oldest_sliding(KvSequenceBlocks& seq);  // to the pinned run or the pool
 
   const Gemma4Config& config_;
   KvCacheOptions options_;

@@ -64,7 +64,7 @@ Engine::Engine(const Gemma4Checkpoint& checkpoint, Ops& ops, Communicator& comm,
   vocab_size_ = c.vocab_size;
   worker_ = std::make_unique<Worker>(checkpoint, ops, comm, options.worker);
   scheduler_ = std::make_unique<Scheduler>(*worker_, options.worker.max_slots, options.worker.max_step_tokens,
-                                           options.prefix_reuse);
+                                           options.worker.prefix_reuse);
   // A sequence can never hold more positions than the full-attention pool has blocks for.
   const KvCache& cache = worker_->cache();
   if (cache.options().full_blocks > 0)
@@ -122,6 +122,7 @@ uint64_t Engine::submit(GenerationRequest request) {
   r->sampler = std::make_unique<Sampler>(request.sampling, r->seq.tokens);
   r->prompt_logprobs = std::max(-1, request.prompt_logprobs);
   r->prompt_only = request.prompt_only;
+  r->seq.prompt_length = prompt;
   r->seq.score_prompt = r->prompt_logprobs >= 0;
   if (r->seq.score_prompt) r->prompt_scores.resize(size_t(prompt - 1));
   std::lock_guard lock(mutex_);

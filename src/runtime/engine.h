@@ -75,7 +75,6 @@ struct EngineOptions {
   WorkerOptions worker;
   int max_waiting = 256;     // requests queued beyond the running ones; more are refused
   int context_limit = 0;     // 0: the model's max_position_embeddings
-  bool prefix_reuse = true;  // ended sequences keep their KV blocks for prompts that start the same (Scheduler)
   // Samples a step's rows side by side (the CPU backend's pool, idle between forward passes); null:
   // one row after another on the engine's thread. Each row has its own sampler, so the tokens are
   // the same either way.

@@ -26,10 +26,14 @@ void Scheduler::end(ScheduledSequence& seq, bool keep) {
   seq.slot = -1;
 }
 
+namespace {
+int64_t held_blocks(const KvSequenceBlocks& b) { return int64_t(b.full.size() + b.sliding.size() + b.pinned.size()); }
+}  // namespace
+
 int64_t Scheduler::kept_blocks() const {
   int64_t blocks = 0;
   for (size_t s = 0; s < kept_.size(); ++s)
-    if (!kept_[s].tokens.empty()) blocks += int64_t(worker_.slot(int(s)).full.size() + worker_.slot(int(s)).sliding.size());
+    if (!kept_[s].tokens.empty()) blocks += held_blocks(worker_.slot(int(s)));
   return blocks;
 }
 
@@ -51,7 +55,7 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
   auto give_back = [&](int slot) {
     const KvSequenceBlocks& b = worker_.slot(slot);
     free_full += int64_t(b.full.size());
-    free_sliding += int64_t(b.sliding.size());
+    free_sliding += int64_t(b.sliding.size() + b.pinned.size());
     out.kv_ops.push_back({KvOp::Release, slot, 0});
   };
   for (int slot : released_) give_back(slot);
@@ -157,12 +161,12 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
     const KvSequenceBlocks start = prefix > 0 ? *cache.truncated(held, prefix) : KvSequenceBlocks{};
     // Taking the slot gives back what it keeps past the prefix; other slots' kept prefixes can go too.
     const int64_t cut_full = holds ? int64_t(held.full.size() - start.full.size()) : 0;
-    const int64_t cut_sliding = holds ? int64_t(held.sliding.size() - start.sliding.size()) : 0;
+    const int64_t cut_sliding = holds ? int64_t(held.sliding.size() + held.pinned.size() - start.sliding.size()) : 0;
     int64_t droppable_full = 0, droppable_sliding = 0;
     for (int s : free_slots_)
       if (s != slot && !kept_[size_t(s)].tokens.empty()) {
         droppable_full += int64_t(worker_.slot(s).full.size());
-        droppable_sliding += int64_t(worker_.slot(s).sliding.size());
+        droppable_sliding += int64_t(worker_.slot(s).sliding.size() + worker_.slot(s).pinned.size());
       }
     auto [whole_full, whole_sliding] = cache.blocks_needed(start, int(seq->tokens.size()));
     // A sequence never holds more than its share of the sliding pool, which a free slot always has:
@@ -198,6 +202,7 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
       seq->computed = 0;
       break;
     }
+    if (prefix_reuse_ && !seq->score_prompt) out.kv_ops.push_back({KvOp::Pin, slot, seq->prompt_length});
     waiting.pop_front();
     running.push_back(seq);
   }

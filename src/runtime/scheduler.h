@@ -30,6 +30,7 @@ struct ScheduledSequence {
   int preemptions = 0;
   int reused = -1;               // prompt tokens taken from the prefix cache at first admission; -1 before
   bool score_prompt = false;     // every token gets a logit row (prompt logprobs); never reuses a prefix
+  int prompt_length = 0;         // of tokens, the prompt's (its sliding window is pinned for reuse)
 };
 
 class Scheduler {

@@ -1,6 +1,7 @@
 #pragma once
 // One engine step as every tensor-parallel rank must execute it: the ordered KV-block operations
-// (release a slot's blocks, reserve blocks up to a length, cut a slot back to a reused prefix) and the tokens each slot runs. Rank 0's
+// (release a slot's blocks, reserve blocks up to a length, cut a slot back to a reused prefix, pin
+// a prompt's window) and the tokens each slot runs. Rank 0's
 // scheduler builds it; other ranks replay it exactly, so their block tables stay identical without
 // ever shipping them. It serializes to a flat byte buffer for the broadcast.
 #include <cstddef>
@@ -10,10 +11,12 @@
 namespace tandem {
 
 struct KvOp {
-  enum Kind : int32_t { Release = 0, Reserve = 1, Truncate = 2 };
+  enum Kind : int32_t { Release = 0, Reserve = 1, Truncate = 2, Pin = 3 };
   Kind kind;
   int32_t slot;
-  int32_t end;  // Reserve: positions [0, end) must have blocks; Truncate: only [0, end) are kept
+  // Reserve: positions [0, end) must have blocks; Truncate: only [0, end) are kept; Pin: the window
+  // at the prompt's end `end` is kept (KvCache::pin)
+  int32_t end;
 };
 
 struct PlannedSequence {

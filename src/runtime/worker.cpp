@@ -13,7 +13,7 @@ namespace tandem {
 Worker::Worker(const Gemma4Checkpoint& ckpt, Ops& ops, Communicator& comm, const WorkerOptions& options)
     : options_(options), slots_(size_t(options.max_slots)), comm_(comm) {
   KvCacheOptions kv = KvCache::plan(ckpt.config, ckpt.weights, options.kv_memory_bytes, options.max_slots,
-                                    options.max_step_tokens, options.kv_block_size, options.kv_dtype);
+                                    options.max_step_tokens, options.kv_block_size, options.kv_dtype, options.prefix_reuse);
   kv.prefault = options.kv_prefault;
   cache_ = std::make_unique<KvCache>(ckpt.config, ckpt.weights, kv);
   // Every running sequence may want one logit row per step, a scored prompt one per token.
@@ -29,6 +29,8 @@ void Worker::execute(const StepPlan& plan) {
       cache_->release(blocks);
     } else if (op.kind == KvOp::Truncate) {
       cache_->truncate(blocks, op.end);
+    } else if (op.kind == KvOp::Pin) {
+      cache_->pin(blocks, op.end);
     } else if (!cache_->reserve(blocks, op.end)) {
       fail("KV reservation of slot {} to {} positions failed while replaying a step", op.slot, op.end);
     }

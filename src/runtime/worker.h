@@ -24,6 +24,9 @@ struct WorkerOptions {
   int kv_block_size = 16;
   KvDType kv_dtype = KvDType::F32;
   bool kv_prefault = false;  // KvCacheOptions::prefault
+  // Ended sequences keep their KV blocks for prompts that start the same (Scheduler), and each
+  // sequence pins its prompt's sliding window (KvCache::pin) so that it can be cut back there.
+  bool prefix_reuse = true;
 };
 
 class Worker {

@@ -53,7 +53,7 @@ TEST(KvCache, DefaultElementTypeFollowsTheStreamedWeights) {
 // A sequence keeps sliding blocks that left its window while it holds fewer than its share of
 // the pool (its window and a chunk), and gives the oldest back as it needs new ones. Prefix reuse
 // cuts a table back to a prefix: full-attention layers keep the blocks of [0, length), sliding
-// layers those they hold up to it, and the rest goes back to the pools. A prefix whose window
+// layers those a query there sees, and the rest goes back to the pools. A prefix whose window
 // starts in a block already given back cannot be cut back to.
 TEST(KvCache, SlidingLayersKeepTheirShareAndTruncatedCutsBackToAPrefix) {
   auto ckpt = Gemma4Checkpoint::open(test::checkpoint_for("golden"));
@@ -78,16 +78,17 @@ TEST(KvCache, SlidingLayersKeepTheirShareAndTruncatedCutsBackToAPrefix) {
   ASSERT_EQ(seq.sliding.size(), 4u);
   EXPECT_EQ(cache.free_sliding_blocks(), free_sliding - 4);
 
-  const auto same_block = cache.truncated(seq, 66);
+  const auto same_block = cache.truncated(seq, 66);  // a query at 66 sees 51-66: blocks 3-4
   ASSERT_TRUE(same_block);
   EXPECT_EQ(same_block->length, 66);
   EXPECT_EQ(same_block->full, seq.full);
-  EXPECT_EQ(same_block->sliding, seq.sliding);
-  const auto block_edge = cache.truncated(seq, 64);
+  EXPECT_EQ(same_block->sliding_first, 3);
+  EXPECT_EQ(same_block->sliding, std::vector<int32_t>(seq.sliding.begin() + 2, seq.sliding.end()));
+  const auto block_edge = cache.truncated(seq, 64);  // sees 49-64: block 3 (and 4 once written)
   ASSERT_TRUE(block_edge);
   EXPECT_EQ(block_edge->full, std::vector<int32_t>(seq.full.begin(), seq.full.begin() + 4));
-  EXPECT_EQ(block_edge->sliding, std::vector<int32_t>(seq.sliding.begin(), seq.sliding.begin() + 3));
-  EXPECT_EQ(block_edge->sliding_first, 1);
+  EXPECT_EQ(block_edge->sliding, std::vector<int32_t>(seq.sliding.begin() + 2, seq.sliding.begin() + 3));
+  EXPECT_EQ(block_edge->sliding_first, 3);
   EXPECT_TRUE(cache.truncated(seq, 31)) << "a query at 31 sees 16-31: block 1 on, still held";
   EXPECT_FALSE(cache.truncated(seq, 30)) << "a query at 30 sees position 15, in block 0, given back";
   EXPECT_FALSE(cache.truncated(seq, 71)) << "past what is stored";
@@ -96,16 +97,52 @@ TEST(KvCache, SlidingLayersKeepTheirShareAndTruncatedCutsBackToAPrefix) {
   cache.truncate(seq, 64);
   EXPECT_EQ(seq.length, 64);
   EXPECT_EQ(seq.full.size(), 4u);
-  EXPECT_EQ(seq.sliding.size(), 3u);
+  EXPECT_EQ(seq.sliding.size(), 1u);
   EXPECT_EQ(cache.free_full_blocks(), free_full - 4);
-  EXPECT_EQ(cache.free_sliding_blocks(), free_sliding - 3);
+  EXPECT_EQ(cache.free_sliding_blocks(), free_sliding - 1);
   grow(80);  // on from there as a sequence prefilled to 64 would go
   EXPECT_EQ(seq.full.size(), 5u);
-  EXPECT_EQ(seq.sliding_first, 1);
-  EXPECT_EQ(seq.sliding.size(), 4u);
+  EXPECT_EQ(seq.sliding_first, 3);
+  EXPECT_EQ(seq.sliding.size(), 2u);
   EXPECT_THROW(cache.truncate(seq, 10), Error);
   cache.release(seq);
   EXPECT_EQ(cache.free_full_blocks(), free_full);
+  EXPECT_EQ(cache.free_sliding_blocks(), free_sliding);
+}
+
+// A pinned prompt window: the sliding blocks a query at the prompt's end (or one before) sees stay
+// when the sequence goes on far past them, so it can be cut back there; nothing else is kept, and
+// the pool gets every block back at the end.
+TEST(KvCache, APinnedPromptWindowOutlivesTheSequencesOwnWindow) {
+  auto ckpt = Gemma4Checkpoint::open(test::checkpoint_for("golden"));
+  const Gemma4Config& c = ckpt->config;
+  KvCache cache(c, ckpt->weights, KvCache::plan(c, ckpt->weights, 16 << 20, 4, 32, 16, KvDType::F32, true));
+  ASSERT_EQ(cache.options().pinned_blocks_per_sequence, 2);  // a window of 16 spans two blocks at most
+  const int64_t free_sliding = cache.free_sliding_blocks();
+  KvSequenceBlocks seq;
+  cache.pin(seq, 40);  // a 40-token prompt: queries at 39 and 40 see blocks 1-2
+  for (int end : {32, 40, 72, 104, 136, 168, 200}) {  // prefill chunks, then steps of 32
+    ASSERT_TRUE(cache.reserve(seq, end));
+    seq.length = end;
+    cache.trim_window(seq);
+  }
+  EXPECT_EQ(seq.sliding_first, 9) << "its own run: its share of 4 blocks, 9-12";
+  EXPECT_EQ(seq.pinned_first, 1);
+  EXPECT_EQ(seq.pinned.size(), 2u);
+  EXPECT_EQ(cache.free_sliding_blocks(), free_sliding - 6) << "blocks 0 and 3-8 went back";
+  for (int prefix : {31, 39, 40, 48}) {
+    const auto cut = cache.truncated(seq, prefix);
+    ASSERT_TRUE(cut) << prefix;
+    EXPECT_EQ(cut->sliding_first, (prefix - 15) / 16) << prefix;
+    EXPECT_TRUE(cut->pinned.empty());
+  }
+  EXPECT_FALSE(cache.truncated(seq, 30)) << "sees block 0";
+  EXPECT_FALSE(cache.truncated(seq, 100)) << "sees blocks 5-6";
+  const std::vector<int32_t> pinned = seq.pinned;
+  cache.truncate(seq, 40);
+  EXPECT_EQ(seq.sliding, pinned);
+  EXPECT_EQ(cache.free_sliding_blocks(), free_sliding - 2);
+  cache.release(seq);
   EXPECT_EQ(cache.free_sliding_blocks(), free_sliding);
 }
 

@@ -63,7 +63,7 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<Engine> make_engine(size_t kv_bytes = 32 << 20, int slots = 8, int step_tokens = 64,
                                       int max_waiting = 64, bool prefix_reuse = true) {
     EngineOptions o;
-    o.prefix_reuse = prefix_reuse;
+    o.worker.prefix_reuse = prefix_reuse;
     o.worker.max_slots = slots;
     o.worker.max_step_tokens = step_tokens;
     o.worker.kv_memory_bytes = kv_bytes;
@@ -72,11 +72,13 @@ class EngineTest : public ::testing::Test {
     return std::make_unique<Engine>(*ckpt_, *ops_, comm_, o);
   }
   // KV memory for `full_blocks` blocks of 16 positions in the full-attention layers, and the sliding
-  // layers' windows of `sequences` sequences (with 32-token steps).
+  // layers' windows of `sequences` sequences (with 32-token steps) and their pinned prompt windows.
   size_t kv_bytes_of(int full_blocks, int sequences) const {
     KvCacheOptions o;
     o.block_size = 16;
-    return size_t(KvCache::sliding_blocks_per_sequence(ckpt_->config, 16, 32)) * size_t(sequences) *
+    return size_t(KvCache::sliding_blocks_per_sequence(ckpt_->config, 16, 32) +
+                  KvCache::pinned_blocks_per_sequence(ckpt_->config, 16)) *
+               size_t(sequences) *
                KvCache::sliding_block_bytes(ckpt_->config, ckpt_->weights, o) +
            size_t(full_blocks) * KvCache::full_block_bytes(ckpt_->config, ckpt_->weights, o);
   }
@@ -412,6 +414,26 @@ TEST_F(EngineTest, PartlySharedPromptsReuseWhatTheSlidingWindowStillHolds) {
   const auto [far_tokens, far_cached] = run_alone(*engine, far, 6);
   EXPECT_EQ(far_cached, 0);
   EXPECT_EQ(far_tokens, alone_greedy(far, 6));
+}
+
+// However long an answer runs past its sliding window (a thinking answer, which the chat template
+// then leaves out of the history), its prompt stays reusable: the prompt's window is pinned. So the
+// next turn reuses the whole previous prompt, and the same prompt asked again all but its last token.
+TEST_F(EngineTest, APromptStaysReusableAfterALongAnswer) {
+  ASSERT_EQ(ckpt_->config.sliding_window, 16);
+  auto engine = make_engine(32 << 20, 1, 32);  // a share of 4 sliding blocks: 64 positions
+  const auto prompt = pseudo_random_ids(40, 512, 91);
+  EXPECT_EQ(run_alone(*engine, prompt, 120).second, 0);
+  std::vector<int32_t> next = prompt;  // the history without the answer's thinking, then a new message
+  const auto tail = pseudo_random_ids(12, 512, 92);
+  next.insert(next.end(), tail.begin(), tail.end());
+  const auto [next_tokens, next_cached] = run_alone(*engine, next, 6);
+  EXPECT_EQ(next_cached, 40);
+  EXPECT_EQ(next_tokens, alone_greedy(next, 6));
+  EXPECT_EQ(run_alone(*engine, next, 100).second, int(next.size()) - 1);
+  const auto [again, again_cached] = run_alone(*engine, next, 6);  // regenerated, after 100 tokens
+  EXPECT_EQ(again_cached, int(next.size()) - 1);
+  EXPECT_EQ(again, next_tokens);
 }
 
 // Which kept prefix a prompt takes: the longest match that is at least half of what its slot keeps
