@@ -322,7 +322,7 @@ void register_serve(CLI::App& app) {
                 "sequences first use it: no page faults in the steps, the memory committed up front");
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache,
                 "Give an ended request's KV blocks back at once instead of keeping them for the next prompt that "
-                "starts the same (the next turn of a chat prefills only its new tokens)");
+                "starts the same (the next turn of a chat prefills only its new tokens), and pin no prompt windows");
   cmd->add_option("--served-model-name", o->served_model_name, "Model id in the API (default: the folder name)");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger ones get 413")
       ->capture_default_str();
