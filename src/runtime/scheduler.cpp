@@ -40,10 +40,13 @@ int64_t Scheduler::kept_blocks() const {
 int Scheduler::reusable(int slot, const std::vector<int32_t>& tokens) const {
   const std::vector<int32_t>& kept = kept_[size_t(slot)].tokens;
   const size_t limit = std::min(kept.size(), tokens.size() - 1);
-  size_t prefix = 0;
-  while (prefix < limit && kept[prefix] == tokens[prefix]) ++prefix;
-  if (prefix == 0 || !worker_.cache().truncated(worker_.slot(slot), int(prefix))) return 0;
-  return int(prefix);
+  size_t shared = 0;
+  while (shared < limit && kept[shared] == tokens[shared]) ++shared;
+  // All of it where the slot's recent window reaches; else its pinned prompt end (or one before).
+  const KvSequenceBlocks& held = worker_.slot(slot);
+  for (const int prefix : {int(shared), held.pinned_length, held.pinned_length - 1})
+    if (prefix > 0 && prefix <= int(shared) && worker_.cache().truncated(held, prefix)) return prefix;
+  return 0;
 }
 
 std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& waiting,
@@ -210,8 +213,9 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
 }
 
 std::pair<int, int> Scheduler::choose_slot(const std::vector<int32_t>& tokens, bool reuse) const {
-  // A match that is most of what its slot keeps is taken; a short one (the same system prompt,
-  // another conversation after it) only when no empty slot is left, since taking it gives back the rest.
+  // A match that is most of what its slot keeps, or its request's whole prompt, is taken; a short one
+  // (the same system prompt, another conversation after it) only when no empty slot is left, since
+  // taking it gives back the rest.
   int longest = -1, longest_prefix = 0, worth = -1, worth_prefix = 0, empty = -1, oldest = -1;
   for (auto it = free_slots_.rbegin(); it != free_slots_.rend(); ++it) {
     const int s = *it;
@@ -223,7 +227,10 @@ std::pair<int, int> Scheduler::choose_slot(const std::vector<int32_t>& tokens, b
     if (oldest < 0 || k.last_used < kept_[size_t(oldest)].last_used) oldest = s;
     const int prefix = reuse ? reusable(s, tokens) : 0;
     if (prefix > longest_prefix) longest = s, longest_prefix = prefix;
-    if (prefix > worth_prefix && 2 * size_t(prefix) >= k.tokens.size()) worth = s, worth_prefix = prefix;
+    // Its request's whole prompt (less at most the last token: the same prompt again) is worth it too:
+    // the same conversation going on after an answer, however long.
+    const bool whole_prompt = prefix + 1 >= worker_.slot(s).pinned_length && worker_.slot(s).pinned_length > 0;
+    if (prefix > worth_prefix && (2 * size_t(prefix) >= k.tokens.size() || whole_prompt)) worth = s, worth_prefix = prefix;
   }
   if (worth >= 0) return {worth, worth_prefix};
   if (empty >= 0) return {empty, 0};

@@ -418,22 +418,41 @@ TEST_F(EngineTest, PartlySharedPromptsReuseWhatTheSlidingWindowStillHolds) {
 
 // However long an answer runs past its sliding window (a thinking answer, which the chat template
 // then leaves out of the history), its prompt stays reusable: the prompt's window is pinned. So the
-// next turn reuses the whole previous prompt, and the same prompt asked again all but its last token.
+// next turn reuses the whole previous prompt, the same prompt asked again all but its last token, and
+// a prompt that also shares the start of the answer (an answer the template trimmed or edited) the
+// previous prompt at least; and such a match is taken although empty slots are free.
 TEST_F(EngineTest, APromptStaysReusableAfterALongAnswer) {
   ASSERT_EQ(ckpt_->config.sliding_window, 16);
-  auto engine = make_engine(32 << 20, 1, 32);  // a share of 4 sliding blocks: 64 positions
+  auto engine = make_engine(32 << 20, 4, 32);  // a share of 4 sliding blocks: 64 positions
+  auto with_tail = [&](std::vector<int32_t> p, uint32_t seed) {
+    const auto tail = pseudo_random_ids(12, 512, seed);
+    p.insert(p.end(), tail.begin(), tail.end());
+    return p;
+  };
+  // The same prompt again, then one that shares the start of the (same) answer too.
   const auto prompt = pseudo_random_ids(40, 512, 91);
-  EXPECT_EQ(run_alone(*engine, prompt, 120).second, 0);
-  std::vector<int32_t> next = prompt;  // the history without the answer's thinking, then a new message
-  const auto tail = pseudo_random_ids(12, 512, 92);
-  next.insert(next.end(), tail.begin(), tail.end());
-  const auto [next_tokens, next_cached] = run_alone(*engine, next, 6);
+  const auto [answer, first_cached] = run_alone(*engine, prompt, 120);
+  EXPECT_EQ(first_cached, 0);
+  const auto [again, again_cached] = run_alone(*engine, prompt, 120);
+  EXPECT_EQ(again_cached, 39);
+  EXPECT_EQ(again, answer);
+  std::vector<int32_t> edited = prompt;  // the history with the answer's first 50 tokens, then others
+  edited.insert(edited.end(), answer.begin(), answer.begin() + 50);
+  edited = with_tail(edited, 93);
+  const auto [edited_tokens, edited_cached] = run_alone(*engine, edited, 6);
+  EXPECT_EQ(edited_cached, 40);
+  EXPECT_EQ(edited_tokens, alone_greedy(edited, 6));
+
+  // The next turn, without the answer (its thinking dropped), then that turn regenerated.
+  const auto other = pseudo_random_ids(40, 512, 94);
+  EXPECT_EQ(run_alone(*engine, other, 120).second, 0);
+  const auto next = with_tail(other, 92);
+  const auto [next_tokens, next_cached] = run_alone(*engine, next, 100);
   EXPECT_EQ(next_cached, 40);
-  EXPECT_EQ(next_tokens, alone_greedy(next, 6));
-  EXPECT_EQ(run_alone(*engine, next, 100).second, int(next.size()) - 1);
-  const auto [again, again_cached] = run_alone(*engine, next, 6);  // regenerated, after 100 tokens
-  EXPECT_EQ(again_cached, int(next.size()) - 1);
-  EXPECT_EQ(again, next_tokens);
+  EXPECT_EQ(next_tokens, alone_greedy(next, 100));
+  const auto [regenerated, regenerated_cached] = run_alone(*engine, next, 6);
+  EXPECT_EQ(regenerated_cached, int(next.size()) - 1);
+  EXPECT_EQ(regenerated, std::vector<int32_t>(next_tokens.begin(), next_tokens.begin() + 6));
 }
 
 // Which kept prefix a prompt takes: the longest match that is at least half of what its slot keeps

@@ -294,7 +294,7 @@ TEST_F(OpenAIServer, TextCompletions) {
   EXPECT_EQ(full["usage"]["completion_tokens"], 12);
   EXPECT_EQ(r["streamed"], text);
   EXPECT_EQ(r["stream_finish"], "length");
-  EXPECT_EQ(r["stream_usage"], full["usage"]);
+  EXPECT_EQ(token_counts(r["stream_usage"]), token_counts(full["usage"]));
   EXPECT_EQ(r["stream_objects"], json::array({"text_completion"}));
   EXPECT_EQ(r["by_ids"]["choices"][0]["text"], text) << "a prompt of token ids (with <bos>) is the same prompt";
   EXPECT_EQ(r["list_of_one"]["choices"][0]["text"], text);
