@@ -184,11 +184,16 @@ std::pair<int64_t, int64_t> KvCache::blocks_needed(const KvSequenceBlocks& seq, 
   int64_t full = 0, sliding = 0;
   if (options_.full_blocks > 0) full = std::max<int64_t>(0, last_block + 1 - int64_t(seq.full.size()));
   if (options_.sliding_blocks > 0) {
-    const int64_t first = seq.sliding.empty() ? first_visible_block(seq.length) : seq.sliding_first;
-    sliding = std::max<int64_t>(0, last_block + 1 - (first + int64_t(seq.sliding.size())));
+    sliding = new_sliding_blocks(seq, end);
     sliding -= sliding_blocks_to_drop(seq, sliding).second;
   }
   return {full, sliding};
+}
+
+int64_t KvCache::new_sliding_blocks(const KvSequenceBlocks& seq, int end) const {
+  if (end <= seq.length) return 0;
+  const int64_t first = seq.sliding.empty() ? first_visible_block(seq.length) : seq.sliding_first;
+  return std::max<int64_t>(0, (int64_t(end) - 1) / options_.block_size + 1 - (first + int64_t(seq.sliding.size())));
 }
 
 std::pair<int64_t, int64_t> KvCache::sliding_blocks_to_drop(const KvSequenceBlocks& seq, int64_t new_blocks) const {
@@ -233,10 +238,7 @@ bool KvCache::reserve(KvSequenceBlocks& seq, int end) {
     seq.full.push_back(free_full_.back());
     free_full_.pop_back();
   }
-  int64_t sliding_needed = 0;
-  if (options_.sliding_blocks > 0 && end > seq.length)
-    sliding_needed = std::max<int64_t>(
-        0, (int64_t(end) - 1) / options_.block_size + 1 - (seq.sliding_first + int64_t(seq.sliding.size())));
+  const int64_t sliding_needed = options_.sliding_blocks > 0 ? new_sliding_blocks(seq, end) : 0;
   for (int64_t i = sliding_blocks_to_drop(seq, sliding_needed).first; i > 0; --i) drop_oldest_sliding(seq);
   for (int64_t i = 0; i < sliding_needed; ++i) {
     seq.sliding.push_back(free_sliding_.back());

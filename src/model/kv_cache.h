@@ -119,6 +119,8 @@ class KvCache {
     int kv_heads = 0;
   };
   int64_t first_visible_block(int position) const;  // for sliding layers
+  // Sliding blocks past those `seq` holds that positions up to `end` need, before any is dropped.
+  int64_t new_sliding_blocks(const KvSequenceBlocks& seq, int end) const;
   // Sliding blocks left of the window that reserving `new_blocks` more must drop, and how many of
   // them go back to the pool (the others are pinned).
   std::pair<int64_t, int64_t> sliding_blocks_to_drop(const KvSequenceBlocks& seq, int64_t new_blocks) const;
