@@ -57,10 +57,16 @@ GenerationParams parse_generation_params(const json& body, const SamplingParams&
   s.top_logprobs = 0;
   s.seed.reset();
 
-  if (const auto n = optional_integer(body, "n"); n && *n != 1)
-    throw invalid_request("n", fmt::format("only n=1 is supported (one choice per request), got {}", *n));
-  if (const auto best_of = optional_integer(body, "best_of"); best_of && *best_of != 1)
-    throw invalid_request("best_of", "only best_of=1 is supported");
+  if (const auto n = optional_integer(body, "n")) {
+    if (*n < 1 || *n > kMaxChoices)
+      throw invalid_request("n", fmt::format("'n' must be in [1, {}], got {}", kMaxChoices, *n));
+    p.n = int(*n);
+  }
+  // best_of > n would rank candidates by their log-probability server-side, which is not done.
+  if (const auto best_of = optional_integer(body, "best_of"); best_of && *best_of != p.n)
+    throw invalid_request("best_of", fmt::format("'best_of' must equal n ({}): candidates are not ranked on the "
+                                                 "server, got {}",
+                                                 p.n, *best_of));
 
   // OpenAI's logit_bias: {"token id": bias in [-100, 100]}; ids are checked against the vocabulary
   // with the prompt's (GenerationStream).
@@ -139,6 +145,12 @@ void check_model_name(const json& body, const std::string& served_name) {
     throw ApiError(404, "invalid_request_error",
                    fmt::format("the model '{}' does not exist; this server serves '{}'", *model, served_name), "model",
                    "model_not_found");
+}
+
+SamplingParams choice_sampling(const SamplingParams& sampling, int index) {
+  SamplingParams s = sampling;
+  if (s.seed) s.seed = *s.seed + uint64_t(index);
+  return s;
 }
 
 }  // namespace tandem::server

@@ -11,8 +11,12 @@
 
 namespace tandem::server {
 
+// The most choices one response may ask for (n, times the prompts of a completions batch), as OpenAI.
+constexpr int kMaxChoices = 128;
+
 struct GenerationParams {
   SamplingParams sampling;
+  int n = 1;                           // choices per prompt, each its own engine request
   int max_tokens = 0;                  // 0: up to the context limit
   std::string max_tokens_param;        // the field it came from, for context-length errors
   std::vector<std::string> stop;       // stop strings
@@ -22,6 +26,10 @@ struct GenerationParams {
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
 };
+
+// The sampling of choice `index` of a prompt's n: with a seed, choice i draws from seed + i, so the
+// choices differ, the response repeats as a whole, and the first choice is the one n=1 gives.
+SamplingParams choice_sampling(const SamplingParams& sampling, int index);
 
 // `max_tokens_fields` lists the accepted names of the length limit, preferred first
 // (chat: max_completion_tokens, max_tokens). `default_max_tokens` applies when none is given.

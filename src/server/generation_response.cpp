@@ -9,7 +9,7 @@ namespace {
 constexpr std::chrono::milliseconds kPollInterval{50};
 
 struct ResponseState {
-  std::unique_ptr<GenerationStream> stream;
+  std::unique_ptr<GenerationChoices> choices;
   std::unique_ptr<GenerationFormatter> formatter;
   bool opened = false;
 };
@@ -20,37 +20,49 @@ bool write(httplib::DataSink& sink, const std::string& bytes) {
 }  // namespace
 
 void respond_with_generation(httplib::Response& res, const std::string& content_type,
-                             std::unique_ptr<GenerationStream> stream, std::unique_ptr<GenerationFormatter> formatter) {
+                             std::unique_ptr<GenerationChoices> choices, std::unique_ptr<GenerationFormatter> formatter) {
   // Shared because cpp-httplib copies the provider; the state dies with the response, and the
-  // stream's destructor cancels a generation nobody finished reading.
+  // streams' destructors cancel the generations nobody finished reading.
   auto state = std::make_shared<ResponseState>();
-  state->stream = std::move(stream);
+  state->choices = std::move(choices);
   state->formatter = std::move(formatter);
   if (content_type == "text/event-stream") {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");  // tell reverse proxies not to buffer the stream
   }
   res.set_chunked_content_provider(content_type, [state](size_t, httplib::DataSink& sink) {
-    GenerationStream& stream = *state->stream;
+    GenerationChoices& choices = *state->choices;
     if (!state->opened) {
       state->opened = true;
       if (!write(sink, state->formatter->opening())) {
-        stream.abandon();
+        choices.abandon();
         return false;
       }
     }
-    const GenerationUpdate update = stream.next(kPollInterval);
-    const std::string bytes = state->formatter->format(update);
+    std::string bytes;
+    bool ended = false;
+    for (const auto& [choice, update] : choices.next(kPollInterval)) {
+      bytes += state->formatter->format(choice, update);
+      if (update.finished && !update.error.empty()) {
+        ended = true;
+        choices.abandon();
+        break;
+      }
+    }
+    if (!ended && choices.finished()) {
+      bytes += state->formatter->closing();
+      ended = true;
+    }
     if (!write(sink, bytes)) {
-      stream.abandon();
+      choices.abandon();
       return false;
     }
-    if (update.finished) {
+    if (ended) {
       sink.done();
       return true;
     }
     if (bytes.empty() && !sink.is_writable()) {
-      stream.abandon();
+      choices.abandon();
       return false;
     }
     return true;

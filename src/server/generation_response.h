@@ -1,5 +1,5 @@
 #pragma once
-// Serves a GenerationStream as an HTTP response body. The body is written by cpp-httplib's chunked
+// Serves the GenerationChoices of one request as an HTTP response body. The body is written by cpp-httplib's chunked
 // content provider on the connection's thread, so the thread waits for tokens with the socket in
 // hand: when a write fails, or the peer has closed while we wait (checked every poll interval), the
 // engine request is cancelled at once and its KV blocks are freed at the engine's next step. This
@@ -20,11 +20,14 @@ class GenerationFormatter {
  public:
   virtual ~GenerationFormatter() = default;
   virtual std::string opening() { return {}; }  // written before the first update
-  // Bytes for this update (often none); when update.finished, everything up to the end of the body.
-  virtual std::string format(const GenerationUpdate& update) = 0;
+  // Bytes for one choice's update (often none). An update that finished with an error ends the
+  // response: its bytes are everything up to the end of the body, and the other choices are cancelled.
+  virtual std::string format(int choice, const GenerationUpdate& update) = 0;
+  // Once every choice has finished without error: the rest of the body.
+  virtual std::string closing() = 0;
 };
 
 void respond_with_generation(httplib::Response& res, const std::string& content_type,
-                             std::unique_ptr<GenerationStream> stream, std::unique_ptr<GenerationFormatter> formatter);
+                             std::unique_ptr<GenerationChoices> choices, std::unique_ptr<GenerationFormatter> formatter);
 
 }  // namespace tandem::server

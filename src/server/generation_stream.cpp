@@ -18,6 +18,7 @@ struct GenerationStream::EventQueue {
   std::condition_variable ready;
   std::vector<TokenEvent> events;
   ServerMetrics* metrics = nullptr;
+  std::shared_ptr<StreamSignal> signal;
   Clock::time_point arrival, last_token;
   bool first_token_seen = false;
 
@@ -35,8 +36,27 @@ struct GenerationStream::EventQueue {
       events.push_back(event);
     }
     ready.notify_one();
+    if (signal) signal->notify();
   }
 };
+
+uint64_t StreamSignal::events() const {
+  std::lock_guard lock(mutex_);
+  return events_;
+}
+
+void StreamSignal::notify() {
+  {
+    std::lock_guard lock(mutex_);
+    ++events_;
+  }
+  changed_.notify_all();
+}
+
+void StreamSignal::wait_past(uint64_t seen, std::chrono::milliseconds wait) const {
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, wait, [&] { return events_ != seen; });
+}
 
 namespace {
 
@@ -77,7 +97,7 @@ void check_lengths(const GenerationJob& job, int context_limit) {
 
 }  // namespace
 
-GenerationStream::GenerationStream(const RouteContext& context, GenerationJob job)
+GenerationStream::GenerationStream(const RouteContext& context, GenerationJob job, std::shared_ptr<StreamSignal> signal)
     : context_(context),
       queue_(std::make_shared<EventQueue>()),
       assembler_(context.model.tokenizer, job.mode, job.params.stop, job.params.skip_special_tokens,
@@ -95,6 +115,7 @@ GenerationStream::GenerationStream(const RouteContext& context, GenerationJob jo
       throw invalid_request("logit_bias", fmt::format("logit_bias token id {} is outside the vocabulary (0..{})", t,
                                                       context.model.tokenizer.vocab_size() - 1));
   queue_->metrics = &context.metrics;
+  queue_->signal = std::move(signal);
   queue_->arrival = job.arrival;
 
   GenerationRequest request;
@@ -198,6 +219,38 @@ GenerationUpdate GenerationStream::next(std::chrono::milliseconds wait) {
   }
   update.finished = finished_;
   return update;
+}
+
+void GenerationChoices::add(const RouteContext& context, GenerationJob job) {
+  streams_.push_back(std::make_unique<GenerationStream>(context, std::move(job), signal_));
+}
+
+std::vector<std::pair<int, GenerationUpdate>> GenerationChoices::next(std::chrono::milliseconds wait) {
+  std::vector<std::pair<int, GenerationUpdate>> updates;
+  // The count is read before the queues: an event pushed after it always ends the wait.
+  const uint64_t seen = signal_->events();
+  const auto collect = [&] {
+    for (int i = 0; i < size(); ++i) {
+      if (streams_[size_t(i)]->finished()) continue;
+      GenerationUpdate u = streams_[size_t(i)]->next(std::chrono::milliseconds(0));
+      if (u.finished || !u.tokens.empty() || !u.prompt_logprobs.empty() || !u.delta.empty())
+        updates.emplace_back(i, std::move(u));
+    }
+  };
+  collect();
+  if (updates.empty() && !finished()) {
+    signal_->wait_past(seen, wait);
+    collect();
+  }
+  return updates;
+}
+
+void GenerationChoices::abandon() {
+  for (auto& s : streams_) s->abandon();
+}
+
+bool GenerationChoices::finished() const {
+  return std::all_of(streams_.begin(), streams_.end(), [](const auto& s) { return s->finished(); });
 }
 
 }  // namespace tandem::server

@@ -8,8 +8,10 @@
 // engine request: abandon() or the destructor cancels an unfinished request, which frees its KV
 // blocks at the engine's next step.
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,21 @@
 #include "server/route_context.h"
 
 namespace tandem::server {
+
+// Wakes whoever reads several streams at once (GenerationChoices): every event pushed to a stream
+// that shares it counts.
+class StreamSignal {
+ public:
+  uint64_t events() const;
+  void notify();
+  // Returns once the count of events differs from `seen`, or after `wait`.
+  void wait_past(uint64_t seen, std::chrono::milliseconds wait) const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  uint64_t events_ = 0;
+};
 
 struct GenerationJob {
   std::vector<int32_t> prompt;
@@ -49,8 +66,9 @@ struct GenerationUpdate {
 
 class GenerationStream {
  public:
-  // Throws ApiError: 400 context_length_exceeded, 429 queue full, 503 shutting down.
-  GenerationStream(const RouteContext& context, GenerationJob job);
+  // Throws ApiError: 400 context_length_exceeded, 429 queue full, 503 shutting down. `signal`, when
+  // given, is notified of every event besides the stream's own queue.
+  GenerationStream(const RouteContext& context, GenerationJob job, std::shared_ptr<StreamSignal> signal = nullptr);
   ~GenerationStream();
   GenerationStream(const GenerationStream&) = delete;
   GenerationStream& operator=(const GenerationStream&) = delete;
@@ -80,6 +98,28 @@ class GenerationStream {
   bool finished_ = false;
   bool engine_done_ = false;
   std::vector<TokenEvent> events_;  // scratch
+};
+
+// The choices of one response, each its own engine request: n samples of a prompt, or a batch of
+// prompts (completions), read together. Destroying it cancels every unfinished choice.
+class GenerationChoices {
+ public:
+  GenerationChoices() = default;
+  // Submits one more choice; throws as GenerationStream does.
+  void add(const RouteContext& context, GenerationJob job);
+
+  // Waits up to `wait` for any choice's events, then returns the updates that hold something
+  // (tokens, prompt scores, or the end), with their choice's index, in index order.
+  std::vector<std::pair<int, GenerationUpdate>> next(std::chrono::milliseconds wait);
+  void abandon();  // the client went away, or one choice failed: cancel the unfinished ones
+  bool finished() const;
+
+  int size() const { return int(streams_.size()); }
+  const GenerationStream& operator[](int i) const { return *streams_[size_t(i)]; }
+
+ private:
+  std::shared_ptr<StreamSignal> signal_ = std::make_shared<StreamSignal>();
+  std::vector<std::unique_ptr<GenerationStream>> streams_;
 };
 
 }  // namespace tandem::server

@@ -2,7 +2,7 @@
 // JSON document with what it saw, and the C++ test makes the assertions.
 //
 //   node server_client.mjs CHECK BASE_URL MODEL [ARGS...]
-//   CHECK: chat | stop | seed | tools | completions | errors | concurrency | auth KEY | flood N MAX_TOKENS
+//   CHECK: chat | stop | seed | tools | completions | choices | errors | concurrency | auth KEY | flood N MAX_TOKENS
 import OpenAI from "openai";
 
 const [check, baseURL, model, ...args] = process.argv.slice(2);
@@ -32,6 +32,19 @@ function chat_from_chunks(chunks) {
       if (choice.finish_reason) out.finish_reason = choice.finish_reason;
     }
   }
+  return out;
+}
+
+// Reassembles each choice of a stream with several (n, or a batch of prompts), by index: text
+// (completions) or content (chat), and the finish reason.
+function choices_from_chunks(chunks) {
+  const out = [];
+  for (const c of chunks)
+    for (const choice of c.choices) {
+      const o = (out[choice.index] ??= { text: "", finish_reason: null });
+      o.text += choice.text ?? choice.delta?.content ?? "";
+      if (choice.finish_reason) o.finish_reason = choice.finish_reason;
+    }
   return out;
 }
 
@@ -169,6 +182,37 @@ const checks = {
     };
   },
 
+  // n choices of one chat prompt, and a batch of completion prompts with n each.
+  async choices() {
+    const messages = [{ role: "user", content: "Name a colour." }];
+    const sampled = { model, messages, max_tokens: 10, temperature: 1, seed: 40, n: 3 };
+    const many = await client.chat.completions.create(sampled);
+    const many_again = await client.chat.completions.create(sampled);
+    const many_streamed = await collect(await client.chat.completions.create({
+      ...sampled, stream: true, stream_options: { include_usage: true },
+    }));
+    const greedy_chat = await client.chat.completions.create({ ...greedy, messages, max_tokens: 10, n: 2 });
+    const greedy_alone = await client.chat.completions.create({ ...greedy, messages, max_tokens: 10 });
+    const prompts = ["Once upon a time", [2, 818, 5279, 529]];
+    const batch = await client.completions.create({ ...greedy, prompt: prompts, n: 2, max_tokens: 8, echo: true });
+    const batch_alone = [];
+    for (const prompt of prompts) batch_alone.push(await client.completions.create({ ...greedy, prompt, max_tokens: 8, echo: true }));
+    const batch_chunks = await collect(await client.completions.create({
+      ...greedy, prompt: prompts, n: 2, max_tokens: 8, stream: true, stream_options: { include_usage: true },
+    }));
+    return {
+      many, many_again, many_streamed: choices_from_chunks(many_streamed), many_streamed_usage: many_streamed.at(-1).usage,
+      many_streamed_roles: many_streamed.filter((c) => c.choices[0]?.delta?.role).map((c) => c.choices[0].index),
+      greedy_chat, greedy_alone, batch, batch_alone,
+      batch_streamed: choices_from_chunks(batch_chunks), batch_streamed_usage: batch_chunks.at(-1).usage,
+      too_many: await api_error(client.completions.create({ model, prompt: Array(65).fill("a"), n: 2, max_tokens: 1 })),
+      best_of_above_n: await api_error(client.completions.create({ model, prompt: "a", n: 2, best_of: 3, max_tokens: 1 })),
+      mixed_batch: await api_error(client.completions.create({ model, prompt: ["a", 5], max_tokens: 1 })),
+      second_prompt_bad: await api_error(client.completions.create({ model, prompt: ["a", [2, 99999999]], max_tokens: 40 })),
+      after: await client.completions.create({ ...greedy, prompt: "a", max_tokens: 1 }),
+    };
+  },
+
   async errors() {
     const user = [{ role: "user", content: "hi" }];
     const chat = (params) => api_error(client.chat.completions.create({ model, messages: user, max_tokens: 2, ...params }));
@@ -183,7 +227,7 @@ const checks = {
       top_p_above_one: await chat({ top_p: 1.5 }),
       max_tokens_negative: await chat({ max_tokens: -1 }),
       max_tokens_huge: await chat({ max_tokens: 100_000_000 }),
-      n_two: await chat({ n: 2 }),
+      n_zero: await chat({ n: 0 }),
       too_many_stops: await chat({ stop: ["a", "b", "c", "d", "e"] }),
       top_logprobs_without_logprobs: await chat({ top_logprobs: 2 }),
       unknown_model: await chat({ model: "no-such-model" }),
@@ -191,7 +235,7 @@ const checks = {
       stream_error: await chat({ stream: true, temperature: 5 }),
       completion_no_prompt: await api_error(client.completions.create({ model, max_tokens: 2 })),
       completion_bad_token: await api_error(client.completions.create({ model, prompt: [1, 2, 99999999], max_tokens: 2 })),
-      completion_batch: await api_error(client.completions.create({ model, prompt: ["a", "b"], max_tokens: 2 })),
+      completion_batch_empty_prompt: await api_error(client.completions.create({ model, prompt: ["a", ""], max_tokens: 2 })),
       still_works: await chat({ temperature: 0 }),
     };
   },

@@ -100,7 +100,10 @@ TEST(GenerationParams, RefusesOutOfRangeAndWrongTypes) {
   expect_refused(R"({"max_tokens": -1})", "max_tokens");
   expect_refused(R"({"max_tokens": 0})", "max_tokens");
   expect_refused(R"({"max_completion_tokens": "9"})", "max_completion_tokens");
-  expect_refused(R"({"n": 2})", "n");
+  expect_refused(R"({"n": 0})", "n");
+  expect_refused(R"({"n": 129})", "n");
+  expect_refused(R"({"n": 1.5})", "n");
+  expect_refused(R"({"n": 2, "best_of": 3})", "best_of");
   expect_refused(R"({"stop": 5})", "stop");
   expect_refused(R"({"stop": ["a", 1]})", "stop");
   expect_refused(R"({"stop": ["a", "b", "c", "d", "e"]})", "stop");
@@ -199,6 +202,7 @@ TEST(ChatRequest, RefusesMediaPartsAndUnsupportedFields) {
   EXPECT_EQ(refusal("{" + messages + R"(, "audio": {"voice": "alloy", "format": "wav"}})").first, "audio");
   EXPECT_EQ(refusal("{" + messages + R"(, "best_of": 2})").first, "best_of");
   EXPECT_EQ(refusal("{" + messages + R"(, "best_of": 1, "min_tokens": 0})").first, "(accepted)");
+  EXPECT_EQ(refusal("{" + messages + R"(, "n": 3, "best_of": 3})").first, "(accepted)");
   EXPECT_EQ(refusal("{" + messages + R"(, "min_tokens": 5})").first, "(accepted)");
   EXPECT_EQ(refusal("{" + messages + R"(, "max_tokens": 3, "min_tokens": 5})").first, "min_tokens");
   EXPECT_EQ(refusal("{" + messages + R"(, "min_tokens": -1})").first, "min_tokens");

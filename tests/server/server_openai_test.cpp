@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include <signal.h>
 
@@ -321,6 +322,64 @@ TEST_F(OpenAIServer, TextCompletions) {
   EXPECT_EQ(r["defaulted"]["usage"]["completion_tokens"], 16) << "completions default to 16 tokens, as OpenAI's";
 }
 
+// n choices are n requests: sampled ones differ from each other but repeat with the same seed,
+// streamed or not; greedy ones equal the answer alone. A batch of prompts answers each prompt n
+// times in OpenAI's order (prompt i's choices at i * n ...), and counts each prompt once in usage.
+TEST_F(OpenAIServer, NChoicesAndPromptBatchesAnswerEveryChoice) {
+  const json r = check("choices");
+  const json& many = r["many"]["choices"];
+  ASSERT_EQ(many.size(), 3u) << r["many"].dump();
+  std::set<std::string> distinct;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(many[i]["index"], i);
+    EXPECT_EQ(many[i]["message"], r["many_again"]["choices"][i]["message"]) << "same seed, same request, choice " << i;
+    EXPECT_EQ(many[i]["message"]["content"], r["many_streamed"][i]["text"]) << "streamed choice " << i;
+    EXPECT_EQ(many[i]["finish_reason"], r["many_streamed"][i]["finish_reason"]);
+    distinct.insert(many[i]["message"]["content"].get<std::string>());
+  }
+  EXPECT_GT(distinct.size(), 1u) << "each choice draws from its own seed";
+  EXPECT_EQ(r["many_streamed_roles"], json({0, 1, 2})) << "each choice opens with the assistant role";
+  const json& usage = r["many"]["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], r["greedy_alone"]["usage"]["prompt_tokens"]) << "the prompt counts once";
+  EXPECT_EQ(r["many_streamed_usage"]["completion_tokens"], usage["completion_tokens"]);
+  EXPECT_GE(usage["completion_tokens"].get<int>(), 3);
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(r["greedy_chat"]["choices"][i]["message"], r["greedy_alone"]["choices"][0]["message"]) << i;
+  EXPECT_EQ(r["greedy_chat"]["usage"]["completion_tokens"].get<int>(),
+            2 * r["greedy_alone"]["usage"]["completion_tokens"].get<int>());
+
+  const json& batch = r["batch"]["choices"];
+  ASSERT_EQ(batch.size(), 4u) << r["batch"].dump();
+  int prompt_tokens = 0, completion_tokens = 0;
+  for (int p = 0; p < 2; ++p) {
+    const json& alone = r["batch_alone"][p];
+    prompt_tokens += alone["usage"]["prompt_tokens"].get<int>();
+    for (int k = 0; k < 2; ++k) {
+      const int i = 2 * p + k;
+      SCOPED_TRACE(i);
+      EXPECT_EQ(batch[i]["index"], i);
+      EXPECT_EQ(batch[i]["text"], alone["choices"][0]["text"]) << "echoed prompt and greedy answer, as alone";
+      EXPECT_EQ(batch[i]["finish_reason"], alone["choices"][0]["finish_reason"]);
+      completion_tokens += alone["usage"]["completion_tokens"].get<int>();
+      const std::string text = alone["choices"][0]["text"];
+      EXPECT_TRUE(text.ends_with(r["batch_streamed"][i]["text"].get<std::string>())) << "streamed without echo";
+      EXPECT_EQ(r["batch_streamed"][i]["finish_reason"], alone["choices"][0]["finish_reason"]);
+    }
+  }
+  EXPECT_EQ(r["batch"]["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(r["batch"]["usage"]["completion_tokens"], completion_tokens);
+  for (const char* field : {"prompt_tokens", "completion_tokens"})  // cached_tokens: the batch above left its prompts
+    EXPECT_EQ(r["batch_streamed_usage"][field], r["batch"]["usage"][field]) << field;
+
+  for (const char* refused : {"too_many", "best_of_above_n", "mixed_batch", "second_prompt_bad"}) {
+    SCOPED_TRACE(refused);
+    EXPECT_EQ(r[refused]["status"], 400) << r[refused].dump();
+  }
+  EXPECT_EQ(r["best_of_above_n"]["error"]["param"], "best_of");
+  EXPECT_EQ(r["second_prompt_bad"]["error"]["param"], "prompt");
+  EXPECT_EQ(r["after"]["choices"].size(), 1u) << "the server answers after a refused batch";
+}
+
 TEST_F(OpenAIServer, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
   const json r = check("errors");
   struct Expected {
@@ -340,7 +399,7 @@ TEST_F(OpenAIServer, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
       {"top_p_above_one", 400, "top_p", nullptr},
       {"max_tokens_negative", 400, "max_tokens", nullptr},
       {"max_tokens_huge", 400, "max_tokens", "context_length_exceeded"},
-      {"n_two", 400, "n", nullptr},
+      {"n_zero", 400, "n", nullptr},
       {"too_many_stops", 400, "stop", nullptr},
       {"top_logprobs_without_logprobs", 400, "top_logprobs", nullptr},
       {"unknown_model", 404, "model", "model_not_found"},
@@ -348,7 +407,7 @@ TEST_F(OpenAIServer, BadRequestsGetOpenAIErrorsAndTheServerStaysUp) {
       {"stream_error", 400, "temperature", nullptr},
       {"completion_no_prompt", 400, "prompt", nullptr},
       {"completion_bad_token", 400, "prompt", nullptr},
-      {"completion_batch", 400, "prompt", nullptr},
+      {"completion_batch_empty_prompt", 400, "prompt", nullptr},
   };
   for (const Expected& e : cases) {
     SCOPED_TRACE(e.name);
