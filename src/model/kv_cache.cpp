@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/huge_pages.h"
@@ -296,6 +297,51 @@ void KvCache::truncate(KvSequenceBlocks& seq, int length) {
     for (int32_t block : *run)
       if (std::find(cut->sliding.begin(), cut->sliding.end(), block) == cut->sliding.end()) free_sliding_.push_back(block);
   seq = std::move(*cut);
+}
+
+std::optional<std::pair<int64_t, int64_t>> KvCache::copy_blocks_needed(const KvSequenceBlocks& source,
+                                                                       int length) const {
+  const std::optional<KvSequenceBlocks> cut = truncated(source, length);
+  if (!cut) return std::nullopt;
+  return std::pair{int64_t(cut->full.size()), int64_t(cut->sliding.size())};
+}
+
+bool KvCache::copy_prefix(const KvSequenceBlocks& source, KvSequenceBlocks& target, int length) {
+  if (!target.full.empty() || !target.sliding.empty() || !target.pinned.empty() || target.length != 0)
+    fail("a KV prefix can only be copied into an empty sequence");
+  std::optional<KvSequenceBlocks> cut = truncated(source, length);
+  if (!cut) fail("cannot copy {} positions of a sequence of {}: its sliding window has moved on", length, source.length);
+  if (int64_t(cut->full.size()) > free_full_blocks() || int64_t(cut->sliding.size()) > free_sliding_blocks()) return false;
+  // The last block may hold the source's later positions too; the target writes over them before any
+  // query of its own reads them.
+  for (int32_t& block : cut->full) {
+    const int32_t copy = free_full_.back();
+    free_full_.pop_back();
+    copy_block(AttentionKind::Full, block, copy);
+    block = copy;
+  }
+  for (int32_t& block : cut->sliding) {
+    const int32_t copy = free_sliding_.back();
+    free_sliding_.pop_back();
+    copy_block(AttentionKind::Sliding, block, copy);
+    block = copy;
+  }
+  target = std::move(*cut);
+  return true;
+}
+
+void KvCache::copy_block(AttentionKind kind, int32_t from, int32_t to) {
+  const size_t elem = kv_dtype_size(options_.dtype);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const LayerStorage& s = layers_[i];
+    if (!s.keys || config_.layers[i].kind != kind) continue;
+    const size_t bytes = size_t(s.block_stride) * elem;
+    for (uint8_t* base : {static_cast<uint8_t*>(s.keys), static_cast<uint8_t*>(s.values)})
+      for (int h = 0; h < s.kv_heads; ++h) {
+        uint8_t* head = base + size_t(h) * size_t(s.head_stride) * elem;
+        std::memcpy(head + size_t(to) * bytes, head + size_t(from) * bytes, bytes);
+      }
+  }
 }
 
 double KvCache::usage() const {

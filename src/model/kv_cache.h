@@ -98,6 +98,13 @@ class KvCache {
   std::optional<KvSequenceBlocks> truncated(const KvSequenceBlocks& seq, int length) const;
   // Cuts `seq` to truncated(seq, length), returning the rest of its blocks to the pools.
   void truncate(KvSequenceBlocks& seq, int length);
+  // Blocks (full, sliding) copy_prefix(source, ..., length) takes; nullopt where truncated() is.
+  std::optional<std::pair<int64_t, int64_t>> copy_blocks_needed(const KvSequenceBlocks& source, int length) const;
+  // Gives the empty `target` its own copy of the first `length` positions of `source` (the blocks
+  // truncated(source, length) keeps, K and V of every layer), which goes on unchanged: a prompt that
+  // shares a prefix with another sequence's starts from there. Returns false and changes nothing
+  // when a pool is short.
+  bool copy_prefix(const KvSequenceBlocks& source, KvSequenceBlocks& target, int length);
   // Keeps the sliding blocks a query at `length - 1` or `length` sees (a prompt's end) when they leave
   // the sequence's window, so that it can be cut back there however far it goes on: the next turn of
   // a chat after a long (thinking) answer, or the same prompt again. Needs pinned_blocks_per_sequence.
@@ -119,6 +126,7 @@ class KvCache {
     int kv_heads = 0;
   };
   int64_t first_visible_block(int position) const;  // for sliding layers
+  void copy_block(AttentionKind kind, int32_t from, int32_t to);  // K and V of every layer of that kind
   // Sliding blocks past those `seq` holds that positions up to `end` need, before any is dropped.
   int64_t new_sliding_blocks(const KvSequenceBlocks& seq, int end) const;
   // Sliding blocks left of the window that reserving `new_blocks` more must drop, and how many of

@@ -37,16 +37,26 @@ int64_t Scheduler::kept_blocks() const {
   return blocks;
 }
 
-int Scheduler::reusable(int slot, const std::vector<int32_t>& tokens) const {
-  const std::vector<int32_t>& kept = kept_[size_t(slot)].tokens;
-  const size_t limit = std::min(kept.size(), tokens.size() - 1);
+namespace {
+size_t shared_prefix(std::span<const int32_t> a, std::span<const int32_t> b, size_t limit) {
+  limit = std::min({limit, a.size(), b.size()});
   size_t shared = 0;
-  while (shared < limit && kept[shared] == tokens[shared]) ++shared;
+  while (shared < limit && a[shared] == b[shared]) ++shared;
+  return shared;
+}
+}  // namespace
+
+int Scheduler::reusable(const KvSequenceBlocks& held, std::span<const int32_t> held_tokens,
+                        const std::vector<int32_t>& tokens) const {
+  const size_t shared = shared_prefix(held_tokens, tokens, std::min(size_t(held.length), tokens.size() - 1));
   // All of it where the slot's recent window reaches; else its pinned prompt end (or one before).
-  const KvSequenceBlocks& held = worker_.slot(slot);
   for (const int prefix : {int(shared), held.pinned_length, held.pinned_length - 1})
     if (prefix > 0 && prefix <= int(shared) && worker_.cache().truncated(held, prefix)) return prefix;
   return 0;
+}
+
+int Scheduler::reusable(int slot, const std::vector<int32_t>& tokens) const {
+  return reusable(worker_.slot(slot), kept_[size_t(slot)].tokens, tokens);
 }
 
 std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& waiting,
@@ -61,8 +71,20 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
     free_sliding += int64_t(b.sliding.size() + b.pinned.size());
     out.kv_ops.push_back({KvOp::Release, slot, 0});
   };
+  // Slots empty once the released ones are given back, which can take a copied prefix.
+  std::vector<int> empty_slots;
+  for (int s : free_slots_)
+    if (kept_[size_t(s)].tokens.empty() &&
+        (held_blocks(worker_.slot(s)) == 0 || std::find(released_.begin(), released_.end(), s) != released_.end()))
+      empty_slots.push_back(s);
   for (int slot : released_) give_back(slot);
   released_.clear();
+  // Copies run before every other operation of the step but those releases (KvOp::Copy), so they
+  // read the blocks as the step found them and take blocks that every later operation then lacks:
+  // a copy fits where the free count stays above its size at every point since (low_*).
+  const size_t copy_at = out.kv_ops.size();
+  size_t copies = 0;
+  int64_t low_full = free_full, low_sliding = free_sliding;
   // Gives back the least recently used kept prefix other than `spare`'s; false when there is none.
   auto drop_kept = [&](int spare) {
     int oldest = -1;
@@ -95,6 +117,8 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
     if (full > free_full || sliding > free_sliding) return false;
     free_full -= full;
     free_sliding -= sliding;
+    low_full = std::min(low_full, free_full);
+    low_sliding = std::min(low_sliding, free_sliding);
     out.kv_ops.push_back({KvOp::Reserve, seq->slot, seq->computed + n});
     PlannedSequence p;
     p.slot = seq->slot;
@@ -153,16 +177,66 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
   // Admitted on its first chunk alone, a long prompt that does not fit beside a running sequence
   // was preempted as soon as that sequence grew and readmitted at once, its prefill redone every few
   // steps (a 2600-token request ran 2.6-4.8x slower beside a waiting 2000-token one, ~570 preemptions).
-  while (!waiting.empty() && !free_slots_.empty() && budget > 0) {
-    ScheduledSequence* seq = waiting.front();
+  const size_t running_before = running.size();  // those admitted below hold nothing yet to copy from
+  // The longest prefix of `tokens` another slot can give by a copy (a running sequence's as the step
+  // found it, or a kept one), as {source slot, prefix}; {-1, 0} for none of kMinCopiedPrefix or more.
+  auto copy_source = [&](const std::vector<int32_t>& tokens) {
+    std::pair<int, int> best{-1, 0};
+    for (size_t i = 0; i < running_before; ++i) {
+      const ScheduledSequence* r = running[i];
+      if (r->slot < 0) continue;
+      const int prefix = reusable(worker_.slot(r->slot), r->tokens, tokens);
+      if (prefix > best.second) best = {r->slot, prefix};
+    }
+    for (int s : free_slots_)
+      if (!kept_[size_t(s)].tokens.empty())
+        if (const int prefix = reusable(s, tokens); prefix > best.second) best = {s, prefix};
+    return best.second >= kMinCopiedPrefix ? best : std::pair{-1, 0};
+  };
+  // True while a running sequence still computes more of the start of `seq`'s prompt (at least
+  // kMinCopiedPrefix tokens of it) than any slot can give now (`available`): in its prompt's
+  // prefill, or (one token a step) at least kMinCopiedPrefix more.
+  auto worth_waiting = [&](const ScheduledSequence* seq, int available) {
+    for (size_t i = 0; i < running.size(); ++i) {
+      const ScheduledSequence* r = running[i];
+      if (r->slot < 0) continue;
+      const int shared = int(shared_prefix(r->tokens, seq->tokens, seq->tokens.size() - 1));
+      const int held = i < running_before ? worker_.slot(r->slot).length : 0;
+      if (shared < kMinCopiedPrefix || shared <= available || held >= shared) continue;
+      if (held < r->prompt_length || shared - available >= kMinCopiedPrefix) return true;
+    }
+    return false;
+  };
+
+  for (size_t w = 0; w < waiting.size() && !free_slots_.empty() && budget > 0;) {
+    ScheduledSequence* seq = waiting[w];
     if (std::find(preempted.begin(), preempted.end(), seq) != preempted.end()) break;
-    const auto [slot, prefix] = choose_slot(seq->tokens, !seq->score_prompt);
+    const bool reuse = prefix_reuse_ && !seq->score_prompt;
+    auto [slot, prefix] = choose_slot(seq->tokens, reuse);
+    int source = -1;
+    if (reuse) {
+      const auto [from, copied] = copy_source(seq->tokens);
+      const auto empty = std::find_if(empty_slots.begin(), empty_slots.end(), [&](int s) {
+        return std::find(free_slots_.begin(), free_slots_.end(), s) != free_slots_.end();
+      });
+      if (copied > prefix && empty != empty_slots.end()) {
+        const auto [full, sliding] = *cache.copy_blocks_needed(worker_.slot(from), copied);
+        if (full <= low_full && sliding <= low_sliding) slot = *empty, prefix = copied, source = from;
+      }
+      if (worth_waiting(seq, prefix)) {
+        ++w;
+        continue;
+      }
+    }
     const int n = fit_logit_rows(seq, prefix, std::min(int(seq->tokens.size()) - prefix, budget));
     if (n == 0) break;
-    const KvSequenceBlocks& held = worker_.slot(slot);
-    const bool holds = !kept_[size_t(slot)].tokens.empty();
+    const KvSequenceBlocks& held = worker_.slot(source >= 0 ? source : slot);
+    const bool holds = source < 0 && !kept_[size_t(slot)].tokens.empty();
     const KvSequenceBlocks start = prefix > 0 ? *cache.truncated(held, prefix) : KvSequenceBlocks{};
-    // Taking the slot gives back what it keeps past the prefix; other slots' kept prefixes can go too.
+    // A copy takes the blocks it copies; taking a slot gives back what it keeps past the prefix;
+    // other slots' kept prefixes can go too.
+    const int64_t copy_full = source >= 0 ? int64_t(start.full.size()) : 0;
+    const int64_t copy_sliding = source >= 0 ? int64_t(start.sliding.size()) : 0;
     const int64_t cut_full = holds ? int64_t(held.full.size() - start.full.size()) : 0;
     const int64_t cut_sliding = holds ? int64_t(held.sliding.size() + held.pinned.size() - start.sliding.size()) : 0;
     int64_t droppable_full = 0, droppable_sliding = 0;
@@ -175,6 +249,8 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
     // A sequence never holds more than its share of the sliding pool, which a free slot always has:
     // a long prompt's older sliding blocks are given back as its chunks go on.
     whole_sliding = std::min(whole_sliding, cache.options().sliding_blocks_per_sequence - int64_t(start.sliding.size()));
+    whole_full += copy_full;
+    whole_sliding += copy_sliding;
     // (With nothing running it goes in regardless: requests are checked against the context limit,
     // and waiting could not make room.)
     if ((whole_full > free_full + cut_full + droppable_full || whole_sliding > free_sliding + cut_sliding + droppable_sliding) &&
@@ -186,7 +262,12 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
       free_sliding += cut_sliding;
       kept_[size_t(slot)].tokens.clear();
     }
-    while ((whole_full > free_full || whole_sliding > free_sliding) && drop_kept(slot)) {
+    if (source >= 0) {
+      out.kv_ops.insert(out.kv_ops.begin() + int64_t(copy_at + copies++), KvOp{KvOp::Copy, slot, prefix, source});
+      free_full -= copy_full, free_sliding -= copy_sliding;
+      low_full -= copy_full, low_sliding -= copy_sliding;
+    }
+    while ((whole_full - copy_full > free_full || whole_sliding - copy_sliding > free_sliding) && drop_kept(slot)) {
     }
     free_slots_.erase(std::find(free_slots_.begin(), free_slots_.end(), slot));
     seq->slot = slot;
@@ -206,7 +287,7 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
       break;
     }
     if (prefix_reuse_ && !seq->score_prompt) out.kv_ops.push_back({KvOp::Pin, slot, seq->prompt_length});
-    waiting.pop_front();
+    waiting.erase(waiting.begin() + int64_t(w));
     running.push_back(seq);
   }
   return planned;

@@ -12,8 +12,14 @@
 // only its new message is computed. The result is what a chunked prefill with a chunk boundary at
 // the prefix would give. Kept blocks are given back, least recently used first, as soon as a
 // running sequence or an admission needs them.
+//
+// A prompt may also start from a copy of another slot's prefix (a running sequence's, or a kept one
+// it does not take): the n choices of one request, or concurrent chats that share a long system
+// prompt. A waiting prompt that shares at least kMinCopiedPrefix tokens with a sequence still
+// prefilling them waits for that prefill instead of computing the same tokens beside it.
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -35,6 +41,9 @@ struct ScheduledSequence {
 
 class Scheduler {
  public:
+  // The shortest shared prefix worth a copy (and worth waiting for).
+  static constexpr int kMinCopiedPrefix = 32;
+
   Scheduler(const Worker& worker, int max_slots, int max_step_tokens, bool prefix_reuse);
 
   // Builds the next plan. Moves admitted sequences from `waiting` to the back of `running` and
@@ -61,8 +70,9 @@ class Scheduler {
     std::vector<int32_t> tokens;  // empty: the slot holds nothing
     uint64_t last_used = 0;
   };
-  // The prefix of `tokens` slot `slot` can give (at most all but the last token: one must run to
-  // give logits), 0 when its sliding window has moved past it.
+  // The prefix of `tokens` that blocks `held`, holding `held_tokens`, can give (at most all but the
+  // last token: one must run to give logits), 0 when their sliding window has moved past it.
+  int reusable(const KvSequenceBlocks& held, std::span<const int32_t> held_tokens, const std::vector<int32_t>& tokens) const;
   int reusable(int slot, const std::vector<int32_t>& tokens) const;
   // The free slot a sequence of `tokens` takes, and the prefix of them it already holds (0 without `reuse`).
   std::pair<int, int> choose_slot(const std::vector<int32_t>& tokens, bool reuse) const;

@@ -1,7 +1,7 @@
 #pragma once
 // One engine step as every tensor-parallel rank must execute it: the ordered KV-block operations
 // (release a slot's blocks, reserve blocks up to a length, cut a slot back to a reused prefix, pin
-// a prompt's window) and the tokens each slot runs. Rank 0's
+// a prompt's window, copy another slot's prefix) and the tokens each slot runs. Rank 0's
 // scheduler builds it; other ranks replay it exactly, so their block tables stay identical without
 // ever shipping them. It serializes to a flat byte buffer for the broadcast.
 #include <cstddef>
@@ -11,12 +11,14 @@
 namespace tandem {
 
 struct KvOp {
-  enum Kind : int32_t { Release = 0, Reserve = 1, Truncate = 2, Pin = 3 };
+  enum Kind : int32_t { Release = 0, Reserve = 1, Truncate = 2, Pin = 3, Copy = 4 };
   Kind kind;
   int32_t slot;
   // Reserve: positions [0, end) must have blocks; Truncate: only [0, end) are kept; Pin: the window
-  // at the prompt's end `end` is kept (KvCache::pin)
+  // at the prompt's end `end` is kept (KvCache::pin); Copy: the empty `slot` gets a copy of
+  // positions [0, end) of slot `source` (KvCache::copy_prefix)
   int32_t end;
+  int32_t source = -1;
 };
 
 struct PlannedSequence {

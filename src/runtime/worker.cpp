@@ -31,6 +31,9 @@ void Worker::execute(const StepPlan& plan) {
       cache_->truncate(blocks, op.end);
     } else if (op.kind == KvOp::Pin) {
       cache_->pin(blocks, op.end);
+    } else if (op.kind == KvOp::Copy) {
+      if (!cache_->copy_prefix(slots_[size_t(op.source)], blocks, op.end))
+        fail("KV copy of {} positions from slot {} to slot {} failed while replaying a step", op.end, op.source, op.slot);
     } else if (!cache_->reserve(blocks, op.end)) {
       fail("KV reservation of slot {} to {} positions failed while replaying a step", op.slot, op.end);
     }

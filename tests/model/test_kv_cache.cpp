@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
@@ -108,6 +109,91 @@ TEST(KvCache, SlidingLayersKeepTheirShareAndTruncatedCutsBackToAPrefix) {
   cache.release(seq);
   EXPECT_EQ(cache.free_full_blocks(), free_full);
   EXPECT_EQ(cache.free_sliding_blocks(), free_sliding);
+}
+
+// copy_prefix gives an empty sequence its own blocks holding what the source's blocks for a prefix
+// hold (the shape truncated() gives, in other physical blocks), every K and V of every layer that
+// owns a cache; the source is unchanged, and a pool too short for the copy changes nothing.
+TEST(KvCache, CopyPrefixGivesAnotherSequenceItsOwnCopyOfTheBlocks) {
+  auto ckpt = Gemma4Checkpoint::open(test::checkpoint_for("golden"));
+  const Gemma4Config& c = ckpt->config;
+  KvCache cache(c, ckpt->weights, KvCache::plan(c, ckpt->weights, 16 << 20, 4, 32, 16, KvDType::F32));
+  KvSequenceBlocks source;
+  for (int end : {32, 64, 70}) {
+    ASSERT_TRUE(cache.reserve(source, end));
+    source.length = end;
+    cache.trim_window(source);
+  }
+  // Every float of every block of every cache-owning layer gets a value unique to its place.
+  auto value_at = [](int layer, int part, int64_t index) { return float(layer * 1000003 + part * 500009 + index % 400000); };
+  auto for_each_float = [&](auto&& f) {
+    for (int layer = 0; layer < c.first_kv_shared_layer(); ++layer) {
+      const KvLayerView v = cache.layer_view(layer);
+      const int64_t blocks = c.layers[size_t(layer)].kind == AttentionKind::Full ? cache.options().full_blocks
+                                                                                : cache.options().sliding_blocks;
+      for (int part = 0; part < 2; ++part) {
+        float* base = static_cast<float*>(part == 0 ? v.keys : v.values);
+        for (int64_t i = 0; i < blocks * v.block_stride * v.kv_heads; ++i) f(layer, part, base, i, v, blocks);
+      }
+    }
+  };
+  for_each_float([&](int layer, int part, float* base, int64_t i, const KvLayerView&, int64_t) {
+    base[i] = value_at(layer, part, i);
+  });
+  const KvSequenceBlocks before = source;
+  const int64_t free_full = cache.free_full_blocks(), free_sliding = cache.free_sliding_blocks();
+  const auto want = cache.truncated(source, 66);
+  ASSERT_TRUE(want);
+  const auto needed = cache.copy_blocks_needed(source, 66);
+  ASSERT_TRUE(needed);
+  EXPECT_EQ(needed->first, int64_t(want->full.size()));
+  EXPECT_EQ(needed->second, int64_t(want->sliding.size()));
+
+  KvSequenceBlocks copy;
+  ASSERT_TRUE(cache.copy_prefix(source, copy, 66));
+  EXPECT_EQ(copy.length, 66);
+  EXPECT_EQ(copy.sliding_first, want->sliding_first);
+  ASSERT_EQ(copy.full.size(), want->full.size());
+  ASSERT_EQ(copy.sliding.size(), want->sliding.size());
+  EXPECT_EQ(cache.free_full_blocks(), free_full - int64_t(copy.full.size()));
+  EXPECT_EQ(cache.free_sliding_blocks(), free_sliding - int64_t(copy.sliding.size()));
+  EXPECT_EQ(source.full, before.full);
+  EXPECT_EQ(source.sliding, before.sliding);
+  for (int layer = 0; layer < c.first_kv_shared_layer(); ++layer) {
+    const KvLayerView v = cache.layer_view(layer);
+    const bool full = c.layers[size_t(layer)].kind == AttentionKind::Full;
+    const std::vector<int32_t>& from = full ? want->full : want->sliding;
+    const std::vector<int32_t>& to = full ? copy.full : copy.sliding;
+    for (size_t b = 0; b < from.size(); ++b) {
+      EXPECT_EQ(std::count(from.begin(), from.end(), to[b]), 0) << "a block of its own";
+      for (int part = 0; part < 2; ++part) {
+        const float* base = static_cast<const float*>(part == 0 ? v.keys : v.values);
+        for (int h = 0; h < v.kv_heads; ++h)
+          for (int64_t i = 0; i < v.block_stride; ++i) {
+            const int64_t at_from = from[b] * v.block_stride + h * v.head_stride + i;
+            const int64_t at_to = to[b] * v.block_stride + h * v.head_stride + i;
+            ASSERT_EQ(base[at_to], value_at(layer, part, at_from)) << "layer " << layer << " block " << b;
+          }
+      }
+    }
+  }
+  EXPECT_THROW(cache.copy_prefix(source, copy, 40), Error) << "only into an empty sequence";
+  EXPECT_THROW({ KvSequenceBlocks other; cache.copy_prefix(source, other, 30); }, Error)
+      << "a query at 30 sees a block the source gave back";
+
+  // Too few blocks left: nothing changes.
+  std::vector<KvSequenceBlocks> hogs;
+  for (KvSequenceBlocks hog; cache.reserve(hog, 16); hog = KvSequenceBlocks{}) hogs.push_back(hog);
+  const int64_t left_full = cache.free_full_blocks(), left_sliding = cache.free_sliding_blocks();
+  KvSequenceBlocks refused;
+  EXPECT_FALSE(cache.copy_prefix(source, refused, 66));
+  EXPECT_TRUE(refused.full.empty() && refused.sliding.empty());
+  EXPECT_EQ(cache.free_full_blocks(), left_full);
+  EXPECT_EQ(cache.free_sliding_blocks(), left_sliding);
+  for (KvSequenceBlocks* s : {&source, &copy}) cache.release(*s);
+  for (KvSequenceBlocks& s : hogs) cache.release(s);
+  EXPECT_EQ(cache.free_full_blocks(), cache.options().full_blocks);
+  EXPECT_EQ(cache.free_sliding_blocks(), cache.options().sliding_blocks);
 }
 
 // A pinned prompt window: the sliding blocks a query at the prompt's end (or one before) sees stay

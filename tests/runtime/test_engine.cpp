@@ -469,11 +469,102 @@ TEST_F(EngineTest, APromptTakesTheLongestMatchWorthItsSlot) {
   EXPECT_EQ(run_alone(*engine, base, 1).second, 0);  // keeps 100 tokens
   // 20 of 100: not worth that slot; an empty one is taken (and keeps 30).
   EXPECT_EQ(run_alone(*engine, start_of(20, 72, 10), 1).second, 0);
-  // 40 of 100 fails the rule, 20 of 30 passes it.
+  // 40 of 100 fails the rule, 20 of 30 passes it; but an empty slot is left, which takes a copy of
+  // those 40 instead (the 100 stay kept).
   const auto prompt = start_of(40, 73, 8);
   const auto [tokens, cached] = run_alone(*engine, prompt, 5);
-  EXPECT_EQ(cached, 20);
+  EXPECT_EQ(cached, 40);
   EXPECT_EQ(tokens, alone_greedy(prompt, 5));
+  EXPECT_EQ(run_alone(*engine, start_of(100, 74, 3), 1).second, 100) << "the 100 were kept beside the copy";
+}
+
+// The n choices of one request are n requests with one prompt: the first prefills it, the others
+// wait for that prefill and start from copies of its cache, so the prompt runs once, and each
+// answers as the prompt alone does.
+TEST_F(EngineTest, ChoicesOfOnePromptPrefillItOnce) {
+  const auto prompt = pseudo_random_ids(150, 512, 81);
+  const auto want = alone_greedy(prompt, 8);
+  for (const bool reuse : {true, false}) {
+    SCOPED_TRACE(reuse ? "prefix reuse" : "no prefix reuse");
+    auto engine = make_engine(32 << 20, 4, 64, 64, reuse);
+    std::vector<std::unique_ptr<Collector>> choices;
+    for (int i = 0; i < 4; ++i) {
+      choices.push_back(std::make_unique<Collector>());
+      engine->submit(greedy_request(prompt, 8, *choices.back()));
+    }
+    int copied = 0;
+    for (auto& c : choices) {
+      c->wait();
+      EXPECT_EQ(c->tokens, want);
+      if (c->cached_prompt_tokens == 149) ++copied;
+      else EXPECT_EQ(c->cached_prompt_tokens, 0);
+    }
+    EXPECT_EQ(copied, reuse ? 3 : 0);
+    EXPECT_EQ(engine->stats().prefix_cache_hits, reuse ? 3u * 149u : 0u);
+    wait_for_idle_kv(*engine);
+    EXPECT_EQ(engine->stats().kv_usage, 0.0);
+  }
+}
+
+// Concurrent prompts that share a long start (one system prompt, different questions) copy it from
+// whichever sequence computed it, while that one runs on, whatever the sliding window has done
+// since; prompts sharing less than Scheduler::kMinCopiedPrefix tokens do not wait for each other.
+TEST_F(EngineTest, ConcurrentPromptsCopyASharedStartFromARunningSequence) {
+  auto engine = make_engine(32 << 20, 6, 32);  // 32-token steps: the first prompt takes three
+  const auto system = pseudo_random_ids(70, 512, 82);
+  auto with_question = [&](uint32_t seed, int length) {
+    std::vector<int32_t> p = system;
+    const auto q = pseudo_random_ids(length + 1, 512, seed);
+    p.insert(p.end(), q.begin() + 1, q.end());  // (past its <bos>)
+    return p;
+  };
+  std::vector<std::vector<int32_t>> prompts = {with_question(83, 20), with_question(84, 9), with_question(85, 33)};
+  prompts.push_back(pseudo_random_ids(40, 512, 86));  // shares nothing
+  std::vector<std::unique_ptr<Collector>> collectors;
+  for (const auto& p : prompts) {
+    collectors.push_back(std::make_unique<Collector>());
+    engine->submit(greedy_request(p, 40, *collectors.back()));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    collectors[i]->wait();
+    EXPECT_EQ(collectors[i]->tokens, alone_greedy(prompts[i], 40)) << "request " << i;
+  }
+  EXPECT_EQ(collectors[0]->cached_prompt_tokens, 0);
+  EXPECT_EQ(collectors[1]->cached_prompt_tokens, 70);
+  EXPECT_EQ(collectors[2]->cached_prompt_tokens, 70);
+  EXPECT_EQ(collectors[3]->cached_prompt_tokens, 0);
+  // Later, while the first is long past the system prompt: still copied, from a kept or running slot.
+  Collector late;
+  const auto next = with_question(87, 12);
+  engine->submit(greedy_request(next, 6, late));
+  late.wait();
+  EXPECT_EQ(late.tokens, alone_greedy(next, 6));
+  EXPECT_GE(late.cached_prompt_tokens, 70);
+}
+
+// Many requests sharing a prompt start under memory pressure: copies, kept prefixes, preemption and
+// readmission all draw on one pool, and every answer stays the one its prompt gives alone.
+TEST_F(EngineTest, SharedPromptStartsUnderMemoryPressureStayExact) {
+  auto engine = make_engine(kv_bytes_of(30, 6), 6, 32);
+  const auto system = pseudo_random_ids(60, 512, 88);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::unique_ptr<Collector>> collectors;
+  for (int i = 0; i < 10; ++i) {
+    std::vector<int32_t> p = system;
+    const auto q = pseudo_random_ids(6 + 7 * i, 512, 90 + uint32_t(i));
+    p.insert(p.end(), q.begin() + 1, q.end());
+    prompts.push_back(p);
+    collectors.push_back(std::make_unique<Collector>());
+    engine->submit(greedy_request(p, 30 + 5 * i, *collectors.back()));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    collectors[i]->wait();
+    EXPECT_EQ(collectors[i]->finish, FinishReason::Length) << "request " << i;
+    EXPECT_EQ(collectors[i]->tokens, alone_greedy(prompts[i], 30 + 5 * int(i))) << "request " << i;
+  }
+  EXPECT_GT(engine->stats().prefix_cache_hits, 0u);
+  wait_for_idle_kv(*engine);
+  EXPECT_EQ(engine->stats().kv_usage, 0.0);
 }
 
 // Kept prefixes hold blocks only while nobody needs them: requests that need the memory take it
