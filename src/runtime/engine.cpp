@@ -85,6 +85,12 @@ void Engine::shutdown() {
 }
 
 uint64_t Engine::submit(GenerationRequest request) {
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  return submit_all(std::move(one)).front();
+}
+
+std::unique_ptr<Engine::Request> Engine::prepare(GenerationRequest request) const {
   const int prompt = int(request.prompt.size());
   if (prompt == 0) throw RequestRejected(RequestRejected::Kind::Invalid, "the prompt is empty");
   for (int32_t t : request.prompt)
@@ -125,20 +131,35 @@ uint64_t Engine::submit(GenerationRequest request) {
   r->seq.prompt_length = prompt;
   r->seq.score_prompt = r->prompt_logprobs >= 0;
   if (r->seq.score_prompt) r->prompt_scores.resize(size_t(prompt - 1));
+  return r;
+}
+
+std::vector<uint64_t> Engine::submit_all(std::vector<GenerationRequest> requests) {
+  std::vector<std::unique_ptr<Request>> prepared;
+  for (GenerationRequest& request : requests) prepared.push_back(prepare(std::move(request)));
+  const int capacity = request_capacity();
+  if (int(prepared.size()) > capacity)
+    throw RequestRejected(RequestRejected::Kind::Invalid,
+                          fmt::format("{} requests at once are more than the server runs and queues together ({} "
+                                      "sequences and {} waiting)",
+                                      prepared.size(), options_.worker.max_slots, options_.max_waiting));
+  std::vector<uint64_t> ids;
   std::lock_guard lock(mutex_);
   if (stopping_) throw RequestRejected(RequestRejected::Kind::ShuttingDown, "the server is shutting down");
   // Open requests against the slots plus the queue: one that arrives while slots are free is not
   // queued, even before the loop has admitted it (counting only arrivals refused 3 of 4 requests sent
   // at once to an idle server with --parallel 4 --max-queue 1).
   const int open = int(incoming_.size()) + stat_waiting_.load() + stat_running_.load();
-  if (open >= options_.worker.max_slots + options_.max_waiting)
+  if (open + int(prepared.size()) > capacity)
     throw RequestRejected(RequestRejected::Kind::QueueFull,
                           fmt::format("the queue is full ({} requests waiting); try again later", options_.max_waiting));
-  r->id = r->seq.id = next_id_++;
-  const uint64_t id = r->id;
-  incoming_.push_back(std::move(r));
+  for (auto& r : prepared) {
+    r->id = r->seq.id = next_id_++;
+    ids.push_back(r->id);
+    incoming_.push_back(std::move(r));
+  }
   wake_.notify_all();
-  return id;
+  return ids;
 }
 
 void Engine::cancel(uint64_t request_id) {

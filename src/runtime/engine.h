@@ -102,14 +102,19 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   uint64_t submit(GenerationRequest request);  // throws RequestRejected
+  // Several requests taken together or not at all (the choices of one response): a group larger
+  // than the slots and the queue together is Invalid, one that does not fit now QueueFull.
+  std::vector<uint64_t> submit_all(std::vector<GenerationRequest> requests);
   void cancel(uint64_t request_id);
   EngineStats stats() const;
   int context_limit() const { return context_limit_; }
+  int request_capacity() const { return options_.worker.max_slots + options_.max_waiting; }  // running and waiting
   int max_tokens_limit(int prompt_tokens) const { return context_limit_ - prompt_tokens; }
   void shutdown();  // finishes every request with Cancelled, stops the loop and the followers
 
  private:
   struct Request;
+  std::unique_ptr<Request> prepare(GenerationRequest request) const;  // checks it; throws RequestRejected
   void loop();
   void step();
   void finish(Request& r, FinishReason reason, int32_t stop_token = -1, const std::string& error = {});

@@ -188,6 +188,7 @@ void handle_chat_completions(const RouteContext& context, const std::string& req
   info.model = context.model.name;
   info.logprobs = chat.logprobs;
   info.include_usage = chat.params.include_usage;
+  choices->submit(context);
   const GenerationChoices& c = *choices;
   if (chat.params.stream) {
     respond_with_generation(res, "text/event-stream", std::move(choices),

@@ -326,6 +326,7 @@ void handle_completions(const RouteContext& context, const std::string& request_
       choices->add(context, std::move(choice));
     }
   }
+  choices->submit(context);
   const GenerationChoices& c = *choices;
   if (streaming) {
     respond_with_generation(res, "text/event-stream", std::move(choices),
@@ -353,6 +354,7 @@ void handle_generate(const RouteContext& context, const std::string& request_bod
   if (job.params.n != 1) throw invalid_request("n", "/generate answers with one choice; use /v1/completions for n");
   auto choices = std::make_unique<GenerationChoices>();
   choices->add(context, std::move(job));
+  choices->submit(context);
   const GenerationChoices& c = *choices;
   respond_with_generation(res, "application/json", std::move(choices), std::make_unique<GenerateFormatter>(c));
 }

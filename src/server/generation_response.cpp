@@ -45,7 +45,7 @@ void respond_with_generation(httplib::Response& res, const std::string& content_
       bytes += state->formatter->format(choice, update);
       if (update.finished && !update.error.empty()) {
         ended = true;
-        choices.abandon();
+        choices.abandon("another_choice_failed");
         break;
       }
     }

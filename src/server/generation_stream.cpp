@@ -60,14 +60,15 @@ void StreamSignal::wait_past(uint64_t seen, std::chrono::milliseconds wait) cons
 
 namespace {
 
-ApiError rejected_to_api_error(const RequestRejected& e, const GenerationJob& job) {
+ApiError rejected_to_api_error(const RequestRejected& e, const std::string& prompt_param,
+                               const std::string& max_tokens_param) {
   switch (e.kind) {
     case RequestRejected::Kind::QueueFull: return ApiError(429, "rate_limit_error", e.what(), {}, "queue_full");
-    case RequestRejected::Kind::ContextLength: return context_length_exceeded(job.params.max_tokens_param, e.what());
+    case RequestRejected::Kind::ContextLength: return context_length_exceeded(max_tokens_param, e.what());
     case RequestRejected::Kind::ShuttingDown: return ApiError(503, "server_error", e.what(), {}, "shutting_down");
     case RequestRejected::Kind::Invalid: break;
   }
-  return invalid_request(job.prompt_param, e.what());
+  return invalid_request(prompt_param, e.what());
 }
 
 void check_lengths(const GenerationJob& job, int context_limit) {
@@ -118,7 +119,7 @@ GenerationStream::GenerationStream(const RouteContext& context, GenerationJob jo
   queue_->signal = std::move(signal);
   queue_->arrival = job.arrival;
 
-  GenerationRequest request;
+  GenerationRequest& request = request_;
   request.prompt = std::move(job.prompt);
   request.max_tokens = job.params.max_tokens;
   request.sampling = job.params.sampling;
@@ -133,21 +134,13 @@ GenerationStream::GenerationStream(const RouteContext& context, GenerationJob jo
   // The engine may outlive this stream's interest in the request (a cancelled request still gets its
   // finish event), so the callback holds the queue, never the stream.
   request.on_event = [queue = queue_](const TokenEvent& event) { queue->push(event); };
-
+  prompt_param_ = job.prompt_param;
+  max_tokens_param_ = job.params.max_tokens_param;
   context.active.enter();
-  try {
-    request_id_ = engine.submit(std::move(request));
-  } catch (const RequestRejected& e) {
-    context.active.leave();
-    throw rejected_to_api_error(e, job);
-  } catch (...) {
-    context.active.leave();
-    throw;
-  }
 }
 
 GenerationStream::~GenerationStream() {
-  if (!finished_) abandon();
+  if (submitted_ && !finished_) abandon();
   context_.active.leave();
 }
 
@@ -159,11 +152,11 @@ void GenerationStream::complete(const std::string& metrics_reason, const std::st
                                completion_tokens_, log_reason, e2e));
 }
 
-void GenerationStream::abandon() {
-  if (finished_) return;
+void GenerationStream::abandon(const char* log_reason) {
+  if (finished_ || !submitted_) return;
   if (!engine_done_) context_.model.engine.cancel(request_id_);
   engine_done_ = true;
-  complete("abort", "client_disconnected");
+  complete("abort", log_reason);
 }
 
 GenerationUpdate GenerationStream::next(std::chrono::milliseconds wait) {
@@ -225,6 +218,25 @@ void GenerationChoices::add(const RouteContext& context, GenerationJob job) {
   streams_.push_back(std::make_unique<GenerationStream>(context, std::move(job), signal_));
 }
 
+void GenerationChoices::submit(const RouteContext& context) {
+  if (const int capacity = context.model.engine.request_capacity(); size() > capacity)
+    throw invalid_request("n", fmt::format("the request asks for {} choices, more than this server runs and queues at "
+                                           "once ({}: --parallel and --max-queue)",
+                                           size(), capacity));
+  std::vector<GenerationRequest> requests;
+  for (auto& s : streams_) requests.push_back(std::move(s->request_));
+  std::vector<uint64_t> ids;
+  try {
+    ids = context.model.engine.submit_all(std::move(requests));
+  } catch (const RequestRejected& e) {
+    throw rejected_to_api_error(e, streams_.front()->prompt_param_, streams_.front()->max_tokens_param_);
+  }
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    streams_[i]->request_id_ = ids[i];
+    streams_[i]->submitted_ = true;
+  }
+}
+
 std::vector<std::pair<int, GenerationUpdate>> GenerationChoices::next(std::chrono::milliseconds wait) {
   std::vector<std::pair<int, GenerationUpdate>> updates;
   // The count is read before the queues: an event pushed after it always ends the wait.
@@ -245,8 +257,8 @@ std::vector<std::pair<int, GenerationUpdate>> GenerationChoices::next(std::chron
   return updates;
 }
 
-void GenerationChoices::abandon() {
-  for (auto& s : streams_) s->abandon();
+void GenerationChoices::abandon(const char* log_reason) {
+  for (auto& s : streams_) s->abandon(log_reason);
 }
 
 bool GenerationChoices::finished() const {

@@ -1,6 +1,7 @@
 #pragma once
-// One generation request from the HTTP side: checks the lengths against the context, submits the
-// tokens to the engine, and turns the engine's token events into client-ready output updates.
+// One generation request from the HTTP side: checks the lengths against the context, makes the
+// engine request (GenerationChoices submits the requests of one response together), and turns the
+// engine's token events into client-ready output updates.
 //
 // The engine calls back on its own thread; the callback only queues the event (and observes token
 // latencies) and returns. The HTTP thread that serves the request pulls updates with next(), which
@@ -66,7 +67,7 @@ struct GenerationUpdate {
 
 class GenerationStream {
  public:
-  // Throws ApiError: 400 context_length_exceeded, 429 queue full, 503 shutting down. `signal`, when
+  // Throws ApiError: 400 (context_length_exceeded, bad token ids), 503 shutting down. `signal`, when
   // given, is notified of every event besides the stream's own queue.
   GenerationStream(const RouteContext& context, GenerationJob job, std::shared_ptr<StreamSignal> signal = nullptr);
   ~GenerationStream();
@@ -75,8 +76,8 @@ class GenerationStream {
 
   // Waits up to `wait` for events and returns what they produced (possibly nothing).
   GenerationUpdate next(std::chrono::milliseconds wait);
-  // The client went away: cancel the engine request now.
-  void abandon();
+  // The client went away (or another choice of the response failed): cancel the engine request now.
+  void abandon(const char* log_reason = "client_disconnected");
 
   bool finished() const { return finished_; }
   int prompt_tokens() const { return prompt_tokens_; }
@@ -87,6 +88,10 @@ class GenerationStream {
   struct EventQueue;
   void complete(const std::string& metrics_reason, const std::string& log_reason);
 
+  friend class GenerationChoices;
+  GenerationRequest request_;  // until submitted
+  bool submitted_ = false;
+  std::string prompt_param_, max_tokens_param_;  // for the submission's errors
   const RouteContext& context_;
   std::shared_ptr<EventQueue> queue_;
   OutputAssembler assembler_;
@@ -105,13 +110,16 @@ class GenerationStream {
 class GenerationChoices {
  public:
   GenerationChoices() = default;
-  // Submits one more choice; throws as GenerationStream does.
+  // Adds one more choice (throws as GenerationStream does); submit() sends them all to the engine,
+  // which takes all or none: 429 when they do not fit its queue now, 400 when they never would.
   void add(const RouteContext& context, GenerationJob job);
+  void submit(const RouteContext& context);
 
   // Waits up to `wait` for any choice's events, then returns the updates that hold something
   // (tokens, prompt scores, or the end), with their choice's index, in index order.
   std::vector<std::pair<int, GenerationUpdate>> next(std::chrono::milliseconds wait);
-  void abandon();  // the client went away, or one choice failed: cancel the unfinished ones
+  // The client went away, or one choice failed: cancel the unfinished ones.
+  void abandon(const char* log_reason = "client_disconnected");
   bool finished() const;
 
   int size() const { return int(streams_.size()); }

@@ -361,6 +361,40 @@ TEST_F(EngineTest, FreeSlotsAreNotQueuePlaces) {
   engine.shutdown();
 }
 
+// A group of requests (the choices of one response) goes in whole or not at all: one that does
+// not fit the queue now is refused without taking any place, one larger than slots and queue
+// together is refused as invalid, and a bad request anywhere in it refuses the group.
+TEST_F(EngineTest, AGroupOfRequestsIsTakenWholeOrNotAtAll) {
+  auto engine_owner = make_engine(8 << 20, 2, 16, 2);
+  Engine& engine = *engine_owner;
+  std::vector<std::unique_ptr<Collector>> cs;
+  auto group = [&](int n, uint32_t seed) {
+    std::vector<GenerationRequest> g;
+    for (int i = 0; i < n; ++i) {
+      cs.push_back(std::make_unique<Collector>());
+      g.push_back(greedy_request(pseudo_random_ids(30, 512, seed + uint32_t(i)), 200, *cs.back()));
+    }
+    return g;
+  };
+  auto kind_of = [&](std::vector<GenerationRequest> g) {
+    try {
+      engine.submit_all(std::move(g));
+    } catch (const RequestRejected& e) {
+      return int(e.kind);
+    }
+    return -1;
+  };
+  EXPECT_EQ(kind_of(group(5, 10)), int(RequestRejected::Kind::Invalid)) << "5 > 2 slots + 2 queue places";
+  auto bad = group(2, 20);
+  bad[1].prompt.push_back(100000);
+  EXPECT_EQ(kind_of(std::move(bad)), int(RequestRejected::Kind::Invalid));
+  EXPECT_EQ(engine.submit_all(group(3, 30)).size(), 3u);
+  EXPECT_EQ(kind_of(group(2, 40)), int(RequestRejected::Kind::QueueFull)) << "3 open, room for one more";
+  EXPECT_NO_THROW(engine.submit(greedy_request(pseudo_random_ids(30, 512, 50), 200, *cs.front())))
+      << "the refused groups took no place";
+  engine.shutdown();
+}
+
 // Prefix reuse: a prompt that goes on from an ended request's tokens (the next turn of a chat)
 // prefills only its new tokens, and gets the tokens it gets alone.
 TEST_F(EngineTest, APromptThatGoesOnFromAnEndedRequestReusesItsCache) {

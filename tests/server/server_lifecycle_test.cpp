@@ -127,6 +127,14 @@ TEST(ServerLifecycle, ContextLimitAndFullQueue) {
   EXPECT_EQ(too_many.json()["error"]["param"], "max_tokens");
   const auto fits = test::curl(chat + " -d '{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 8}'");
   EXPECT_EQ(fits.status, 200) << fits.body;
+  // Choices take a place each, all or none: 3 never fit one slot and one queue place (400, not a
+  // 429 to retry), and a refused request takes no place from the next one.
+  const auto never = test::curl(chat + " -d '{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 8, \"n\": 3}'");
+  EXPECT_EQ(never.status, 400) << never.body;
+  EXPECT_EQ(never.json()["error"]["param"], "n");
+  const auto two = test::curl(chat + " -d '{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 8, \"n\": 2}'");
+  EXPECT_EQ(two.status, 200) << two.body;
+  EXPECT_EQ(two.json()["choices"].size(), 2u);
 
   // One running, one waiting: the others are refused with 429 until those finish.
   const json r = test::run_client_check("flood", server, "m", "8 48");
