@@ -45,6 +45,28 @@ std::vector<std::string> adjusted_answers(const ServerProcess& server, const std
 
 // The top_logprobs lists of a short greedy answer: under TP each rank sends its best candidates
 // and the log-sum-exp of its slice, which rank 0 merges.
+// n greedy choices of one prompt: the choices after the first start from a copy of its cache
+// (KvOp::Copy, which every rank replays on its own shard).
+std::vector<std::string> choices(const ServerProcess& server, const std::string& text, int n) {
+  json body = json::parse(chat_body(text, 8));
+  body["n"] = n;
+  const HttpReply r = curl("-X POST " + server.base_url() + "/v1/chat/completions -H 'content-type: application/json' -d " +
+                           shell_quote(body.dump()));
+  EXPECT_EQ(r.status, 200) << r.body;
+  std::vector<std::string> out;
+  const json reply = r.status == 200 ? r.json() : json::object();
+  for (const json& c : reply.value("choices", json::array())) out.push_back(c["message"]["content"].get<std::string>());
+  EXPECT_EQ(out.size(), size_t(n)) << r.body;
+  return out;
+}
+
+double prefix_cache_hits(const ServerProcess& server) {
+  const std::string metrics = curl(server.base_url() + "/metrics").body;
+  const size_t at = metrics.find("\nvllm:prefix_cache_hits_total{");
+  if (at == std::string::npos) return -1;
+  return std::stod(metrics.substr(metrics.find("} ", at) + 2));
+}
+
 json top_logprobs(const ServerProcess& server, const std::string& text) {
   json body = json::parse(chat_body(text, 4));
   body["logprobs"] = true;
@@ -108,11 +130,15 @@ TEST(ServerTensorParallel, TwoRanksAnswerLikeOne) {
   const std::string model = demo_model_with_tokenizer();
   if (model.empty()) GTEST_SKIP() << "the Gemma tokenizer is not available (npm unreachable)";
   const std::vector<std::string> prompts = {"Hello there", "Tell me about the sea, the sky and the mountains.", "1 2 3"};
+  const std::string long_prompt =
+      "Describe, in order, the rivers, lakes, mountains, forests, deserts and coasts of every continent you know, "
+      "and say which of them you would visit first, and why.";
 
   std::vector<std::string> single;
   json single_logprobs;
   json single_prompt_logprobs;
   std::vector<std::string> single_adjusted;
+  std::string single_long;
   {
     ServerProcess server;
     server.start(model, {"--threads", "1", "--kv-memory", "512MiB"});
@@ -120,6 +146,7 @@ TEST(ServerTensorParallel, TwoRanksAnswerLikeOne) {
     single_logprobs = top_logprobs(server, prompts[1]);
     single_prompt_logprobs = prompt_logprobs(server, prompts[1]);
     single_adjusted = adjusted_answers(server, prompts[0]);
+    single_long = answer(server, long_prompt, 8);
     EXPECT_EQ(server.stop(SIGTERM), 0);
   }
   std::vector<std::string> launcher = {"mpirun", "--oversubscribe", "-np", "2"};
@@ -130,6 +157,9 @@ TEST(ServerTensorParallel, TwoRanksAnswerLikeOne) {
   expect_same_logprobs(single_logprobs, top_logprobs(server, prompts[1]));
   expect_same_prompt_logprobs(single_prompt_logprobs, prompt_logprobs(server, prompts[1]));
   EXPECT_EQ(adjusted_answers(server, prompts[0]), single_adjusted);
+  const double hits_before = prefix_cache_hits(server);
+  EXPECT_EQ(choices(server, long_prompt, 3), std::vector<std::string>(3, single_long));
+  EXPECT_GE(prefix_cache_hits(server) - hits_before, 2 * 32) << "two choices copied the first one's prompt";
   // Concurrent requests are batched into the same steps on both ranks.
   std::vector<std::future<std::string>> together;
   for (const auto& p : prompts) together.push_back(std::async(std::launch::async, [&, p] { return answer(server, p, 12); }));
