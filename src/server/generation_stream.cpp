@@ -1,6 +1,7 @@
 #include "server/generation_stream.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -148,8 +149,10 @@ void GenerationStream::complete(const std::string& metrics_reason, const std::st
   finished_ = true;
   const double e2e = std::chrono::duration<double>(Clock::now() - arrival_).count();
   context_.metrics.observe_request_end(e2e, metrics_reason, prompt_tokens_, completion_tokens_);
-  request_log_note(fmt::format("prompt_tokens={} completion_tokens={} finish={} e2e={:.3f}s", prompt_tokens_,
-                               completion_tokens_, log_reason, e2e));
+  log_reason_ = log_reason;
+  if (log_note_)
+    request_log_note(fmt::format("prompt_tokens={} completion_tokens={} finish={} e2e={:.3f}s", prompt_tokens_,
+                                 completion_tokens_, log_reason, e2e));
 }
 
 void GenerationStream::abandon(const char* log_reason) {
@@ -215,7 +218,24 @@ GenerationUpdate GenerationStream::next(std::chrono::milliseconds wait) {
 }
 
 void GenerationChoices::add(const RouteContext& context, GenerationJob job) {
+  if (streams_.empty()) arrival_ = job.arrival;
   streams_.push_back(std::make_unique<GenerationStream>(context, std::move(job), signal_));
+  if (streams_.size() == 2) streams_.front()->log_note_ = false;
+  if (streams_.size() >= 2) streams_.back()->log_note_ = false;
+}
+
+void GenerationChoices::note_when_finished() {
+  if (noted_ || streams_.size() < 2 || !finished()) return;
+  noted_ = true;
+  int completion = 0;
+  std::vector<std::string> reasons;
+  for (const auto& s : streams_) {
+    completion += s->completion_tokens();
+    if (std::find(reasons.begin(), reasons.end(), s->log_reason_) == reasons.end()) reasons.push_back(s->log_reason_);
+  }
+  request_log_note(fmt::format("choices={} completion_tokens={} finish={} e2e={:.3f}s", streams_.size(), completion,
+                               fmt::join(reasons, ","),
+                               std::chrono::duration<double>(Clock::now() - arrival_).count()));
 }
 
 void GenerationChoices::submit(const RouteContext& context) {
@@ -254,11 +274,13 @@ std::vector<std::pair<int, GenerationUpdate>> GenerationChoices::next(std::chron
     signal_->wait_past(seen, wait);
     collect();
   }
+  note_when_finished();
   return updates;
 }
 
 void GenerationChoices::abandon(const char* log_reason) {
   for (auto& s : streams_) s->abandon(log_reason);
+  note_when_finished();
 }
 
 bool GenerationChoices::finished() const {

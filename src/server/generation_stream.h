@@ -90,6 +90,8 @@ class GenerationStream {
 
   friend class GenerationChoices;
   GenerationRequest request_;  // until submitted
+  bool log_note_ = true;       // false: GenerationChoices writes one note for all its choices
+  std::string log_reason_;     // how it finished, for that note
   bool submitted_ = false;
   std::string prompt_param_, max_tokens_param_;  // for the submission's errors
   const RouteContext& context_;
@@ -126,8 +128,12 @@ class GenerationChoices {
   const GenerationStream& operator[](int i) const { return *streams_[size_t(i)]; }
 
  private:
+  void note_when_finished();  // several choices: one request-log note once all have finished
+
   std::shared_ptr<StreamSignal> signal_ = std::make_shared<StreamSignal>();
   std::vector<std::unique_ptr<GenerationStream>> streams_;
+  std::chrono::steady_clock::time_point arrival_;
+  bool noted_ = false;
 };
 
 }  // namespace tandem::server
