@@ -273,11 +273,13 @@ void Gemma4Model::compute_logits() {
   const int64_t H = config_.hidden_size;
   ops_.rms_norm(normed_.data(), H, x_.data(), H, rows_, H, weights_.final_norm.data(), config_.rms_norm_eps);
   // A NaN or Inf here comes from the weights (a corrupt checkpoint) or an overflow; the soft-cap and
-  // the sampler would turn it into plausible tokens (every logit -cap, token 0), so it is an error.
-  const float* h = normed_.data();
-  if (!std::all_of(h, h + int64_t(rows_) * H, [](float v) { return std::isfinite(v); }))
-    fail("the model produced a non-finite value (NaN or Inf) in its final hidden state: the checkpoint holds "
-         "non-finite weights, or the arithmetic overflowed");
+  // the sampler would turn it into plausible tokens (every logit -cap, token 0), so its row is marked
+  // for the caller to refuse.
+  non_finite_rows_.assign(size_t(rows_), 0);
+  for (int r = 0; r < rows_; ++r) {
+    const float* h = normed_.data() + int64_t(r) * H;
+    non_finite_rows_[size_t(r)] = !std::all_of(h, h + H, [](float v) { return std::isfinite(v); });
+  }
   const MatmulTarget lm_head{&weights_.lm_head, logits_.data(), vocab_local_, config_.final_logit_softcap};
   ops_.matmuls(std::span(&lm_head, 1), normed_.data(), H, rows_);
 }

@@ -36,6 +36,9 @@ class Gemma4Model {
   void forward(std::span<const StepSequence> batch);
 
   int logit_rows() const { return logit_rows_; }
+  // Per logit row, 1 where its final hidden state held a NaN or Inf (non-finite weights, or an
+  // overflow): its logits are garbage. Rows are independent, so the other rows stand.
+  std::span<const uint8_t> non_finite_rows() const { return {non_finite_rows_.data(), size_t(logit_rows_)}; }
   const float* logits(int row) const { return logits_.data() + size_t(row) * size_t(vocab_local_); }
   int64_t vocab_first() const { return weights_.lm_head_first; }
   int64_t vocab_local() const { return vocab_local_; }
@@ -81,6 +84,7 @@ class Gemma4Model {
   std::vector<float> x_, normed_, scratch_h_, q_, k_, v_, attn_, gate_, up_, ple_, ple_tokens_, ple_gate_;
   std::vector<float> cos_[2], sin_[2];
   std::vector<float> logits_;
+  std::vector<uint8_t> non_finite_rows_;
   int logit_rows_ = 0;
 };
 

@@ -39,6 +39,10 @@ std::vector<std::vector<float>> FastSequenceModel::forward(std::span<const int32
     step.logit_rows = all_positions ? int(n) : (last_chunk ? 1 : 0);
     if (!cache_->reserve(blocks_, blocks_.length + int(n))) fail("KV cache exhausted");
     model_->forward(std::span(&step, 1));
+    for (uint8_t bad : model_->non_finite_rows())
+      if (bad)
+        fail("the model produced a non-finite value (NaN or Inf) in its final hidden state: the checkpoint holds "
+             "non-finite weights, or the arithmetic overflowed");
     const int64_t local = model_->vocab_local();
     const int ranks = comm_.size();
     for (int r = 0; r < model_->logit_rows(); ++r) {

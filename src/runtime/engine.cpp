@@ -316,11 +316,19 @@ void Engine::step() {
   // A sequence's rows are its chunk's last logit_rows positions; a row at position p predicts the
   // token at p + 1: a prompt token to score, or the next token to sample.
   sampled_.clear();
+  // A sequence whose rows came out non-finite fails alone: rows never mix, so the others stand.
+  const std::span<const uint8_t> non_finite = worker_->non_finite_rows();
+  std::vector<Request*> failed;
   int64_t row = 0;
   for (size_t i = 0; i < planned.size(); ++i) {
     ScheduledSequence* seq = planned[i];
     Request& r = *requests_.at(seq->id);
     const int rows = plan_.sequences[i].logit_rows;
+    if (std::any_of(non_finite.begin() + row, non_finite.begin() + row + rows, [](uint8_t bad) { return bad != 0; })) {
+      failed.push_back(&r);
+      row += rows;
+      continue;
+    }
     for (int j = 0; j < rows; ++j, ++row) {
       const int next = seq->computed - rows + j + 1;
       if (seq->score_prompt && next < r.prompt_tokens)
@@ -343,9 +351,21 @@ void Engine::step() {
   if (options_.sampling_pool && rows > 1) options_.sampling_pool->parallel_for(rows, sample_rows);
   else sample_rows(0, rows);
 
+  for (Request* r : failed) {
+    std::fprintf(stderr, "tandem: request %llu failed: its step produced a non-finite value\n",
+                 static_cast<unsigned long long>(r->id));
+    const uint64_t id = r->id;
+    finish(*r, FinishReason::Error, -1,
+           "the model produced a non-finite value (NaN or Inf) in its final hidden state: the checkpoint holds "
+           "non-finite weights, or the arithmetic overflowed");
+    requests_.erase(id);
+  }
+
   // Prompt-only requests (they never sample, so none ended above) end once their whole prompt ran.
   for (ScheduledSequence* seq : planned) {
-    Request& r = *requests_.at(seq->id);
+    const auto found = requests_.find(seq->id);
+    if (found == requests_.end()) continue;  // failed above
+    Request& r = *found->second;
     if (!r.prompt_only || seq->computed < r.prompt_tokens) continue;
     stat_prompt_ += uint64_t(r.prompt_tokens);
     finish(r, FinishReason::Length);

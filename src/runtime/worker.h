@@ -45,6 +45,7 @@ class Worker {
   // Normalizers are computed only when `with_normalizers` is set (they cost a pass over the row).
   std::span<const float> full_logits(int candidates, bool with_normalizers);
   std::span<const double> log_normalizers() const { return normalizers_; }
+  std::span<const uint8_t> non_finite_rows() const { return model_->non_finite_rows(); }  // Gemma4Model's
 
   const Gemma4Model& model() const { return *model_; }
   const KvCache& cache() const { return *cache_; }

@@ -395,6 +395,48 @@ TEST_F(EngineTest, AGroupOfRequestsIsTakenWholeOrNotAtAll) {
   engine.shutdown();
 }
 
+// A NaN that reaches one request's final hidden state (here from a corrupt embedding row that only
+// its prompt uses; mapped weights are not scanned at load) fails that request alone: rows never mix,
+// so the request beside it in the same steps answers as it does on the intact checkpoint, and the
+// engine goes on serving.
+TEST_F(EngineTest, ANonFiniteRowFailsOnlyItsRequest) {
+  const std::string intact = test::synth_checkpoint("tiny");
+  test::TempDir corrupt;
+  test::copy_folder_files(intact, corrupt.path());
+  test::overwrite_tensor_start(corrupt.path(), "model.language_model.embed_tokens.weight", std::string("\xc0\x7f", 2));
+  auto reference_ckpt = Gemma4Checkpoint::open(intact);
+  auto ckpt = Gemma4Checkpoint::open(corrupt.path());
+  EngineOptions o;
+  o.worker.max_slots = 4;
+  o.worker.max_step_tokens = 64;
+  o.worker.kv_memory_bytes = 16 << 20;
+  Engine engine(*ckpt, *ops_, comm_, o);
+  const auto clean = pseudo_random_ids(30, 256, 95);
+  std::vector<int32_t> poisoned = pseudo_random_ids(20, 256, 96);
+  poisoned[5] = 0;  // token 0's embedding row starts with the NaN
+  FastSequenceModel m(*reference_ckpt, *ops_, comm_, 512, 32);
+  std::vector<int32_t> want;
+  auto logits = m.forward(clean, false).back();
+  for (int i = 0; i < 12; ++i) {
+    want.push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    logits = m.forward(std::span(&want.back(), 1), false).back();
+  }
+  ASSERT_EQ(std::count(want.begin(), want.end(), 0), 0) << "the clean answer must not feed token 0 back";
+
+  Collector bad, good, after;
+  engine.submit(greedy_request(poisoned, 12, bad));
+  engine.submit(greedy_request(clean, 12, good));
+  bad.wait();
+  good.wait();
+  EXPECT_EQ(bad.finish, FinishReason::Error);
+  EXPECT_TRUE(bad.tokens.empty());
+  EXPECT_EQ(good.finish, FinishReason::Length);
+  EXPECT_EQ(good.tokens, want);
+  engine.submit(greedy_request(clean, 12, after));
+  after.wait();
+  EXPECT_EQ(after.tokens, want) << "the engine goes on serving";
+}
+
 // Prefix reuse: a prompt that goes on from an ended request's tokens (the next turn of a chat)
 // prefills only its new tokens, and gets the tokens it gets alone.
 TEST_F(EngineTest, APromptThatGoesOnFromAnEndedRequestReusesItsCache) {
