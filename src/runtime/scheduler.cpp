@@ -215,17 +215,48 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
     auto [slot, prefix] = choose_slot(seq->tokens, reuse);
     int source = -1;
     if (reuse) {
+      // A longer prefix from a copy goes into an empty slot, else into the least recently used kept
+      // one (not the source), whose blocks then go back before the copy runs.
       const auto [from, copied] = copy_source(seq->tokens);
-      const auto empty = std::find_if(empty_slots.begin(), empty_slots.end(), [&](int s) {
-        return std::find(free_slots_.begin(), free_slots_.end(), s) != free_slots_.end();
-      });
-      if (copied > prefix && empty != empty_slots.end()) {
-        const auto [full, sliding] = *cache.copy_blocks_needed(worker_.slot(from), copied);
-        if (full <= low_full && sliding <= low_sliding) slot = *empty, prefix = copied, source = from;
+      int target = -1;
+      bool give_up_target = false;
+      if (copied > prefix) {
+        const auto empty = std::find_if(empty_slots.begin(), empty_slots.end(), [&](int s) {
+          return std::find(free_slots_.begin(), free_slots_.end(), s) != free_slots_.end();
+        });
+        if (empty != empty_slots.end()) {
+          target = *empty;
+        } else {
+          for (int s : free_slots_)
+            if (s != from && !kept_[size_t(s)].tokens.empty() &&
+                (target < 0 || kept_[size_t(s)].last_used < kept_[size_t(target)].last_used))
+              target = s;
+          give_up_target = target >= 0;
+        }
       }
-      if (worth_waiting(seq, prefix)) {
+      int64_t freed_full = 0, freed_sliding = 0;
+      if (give_up_target) {
+        const KvSequenceBlocks& b = worker_.slot(target);
+        freed_full = int64_t(b.full.size());
+        freed_sliding = int64_t(b.sliding.size() + b.pinned.size());
+      }
+      bool copies_fit = false;
+      if (target >= 0) {
+        const auto [full, sliding] = *cache.copy_blocks_needed(worker_.slot(from), copied);
+        copies_fit = full <= low_full + freed_full && sliding <= low_sliding + freed_sliding;
+      }
+      if (worth_waiting(seq, copies_fit ? copied : prefix)) {
         ++w;
         continue;
+      }
+      if (copies_fit) {
+        if (give_up_target) {
+          out.kv_ops.insert(out.kv_ops.begin() + int64_t(copy_at + copies++), KvOp{KvOp::Release, target, 0});
+          free_full += freed_full, free_sliding += freed_sliding;
+          low_full += freed_full, low_sliding += freed_sliding;
+          kept_[size_t(target)].tokens.clear();
+        }
+        slot = target, prefix = copied, source = from;
       }
     }
     const int n = fit_logit_rows(seq, prefix, std::min(int(seq->tokens.size()) - prefix, budget));

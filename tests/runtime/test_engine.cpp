@@ -580,6 +580,24 @@ TEST_F(EngineTest, ChoicesOfOnePromptPrefillItOnce) {
     wait_for_idle_kv(*engine);
     EXPECT_EQ(engine->stats().kv_usage, 0.0);
   }
+  // The same once every slot keeps an earlier request's prefix (a server that has run a while): the
+  // copies go into the least recently used kept slots.
+  auto engine = make_engine(32 << 20, 4, 64);
+  for (uint32_t i = 0; i < 4; ++i) EXPECT_EQ(run_alone(*engine, pseudo_random_ids(60, 512, 120 + i), 2).second, 0);
+  const auto other = pseudo_random_ids(160, 512, 130);
+  std::vector<std::unique_ptr<Collector>> choices;
+  for (int i = 0; i < 4; ++i) {
+    choices.push_back(std::make_unique<Collector>());
+    engine->submit(greedy_request(other, 8, *choices.back()));
+  }
+  const auto other_want = alone_greedy(other, 8);
+  int copied = 0;
+  for (auto& c : choices) {
+    c->wait();
+    EXPECT_EQ(c->tokens, other_want);
+    copied += c->cached_prompt_tokens == 159;
+  }
+  EXPECT_EQ(copied, 3);
 }
 
 // Concurrent prompts that share a long start (one system prompt, different questions) copy it from
