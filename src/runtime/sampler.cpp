@@ -133,6 +133,7 @@ void top_k_order(std::span<const float> logits, size_t k, std::vector<float>& ma
 Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt) : params_(params) {
   rng_.seed(params.seed ? *params.seed : std::random_device{}());
   if (params.repetition_penalty != 1.0f) penalized_.assign(prompt.begin(), prompt.end());
+  if (params.json_vocabulary) json_.emplace(params.json_vocabulary, params.json_end_tokens);
 }
 
 void Sampler::apply_bias_and_penalties(std::span<float> logits) const {
@@ -213,13 +214,17 @@ int32_t Sampler::sample_warped(std::span<const float> logits) {
     for (size_t i = 0; i < n; ++i) kept += prob(candidate(i));
   }
   double u = std::uniform_real_distribution<double>(0.0, kept)(rng_);
+  // Candidates come in logit order, so those after the first of probability 0 have none either: where
+  // rounding leaves u past the last one that has any, that one is the pick, never a token at -inf.
   int32_t pick = candidate(0);
   for (size_t i = 0; i < n; ++i) {
     const int32_t id = candidate(i);
     if (id < 0) break;
+    const float p = prob(id);
+    if (!(p > 0.0f)) break;
     pick = id;
-    if (u < prob(id)) break;
-    u -= prob(id);
+    if (u < p) break;
+    u -= p;
   }
   return pick;
 }
@@ -237,9 +242,11 @@ SampledToken Sampler::sample(std::span<const float> logits, std::optional<double
   if (params_.adjusts_logits()) {
     penalized_logits_.assign(logits.begin(), logits.end());
     apply_bias_and_penalties(penalized_logits_);
+    if (json_) json_->mask(penalized_logits_);
     warped = penalized_logits_;
   }
   out.token = params_.greedy() ? argmax(warped, maxima_) : sample_warped(warped);
+  if (json_) json_->accept(out.token);
   if (params_.logprobs) out.logprob = float(logits[size_t(out.token)] - normalizer);
   ++output_counts_[out.token];
   ++sampled_;

@@ -4,12 +4,15 @@
 // with a seed). Greedy when temperature is 0. Also reports log-probabilities for `logprobs`.
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "runtime/json_output.h"
 
 namespace tandem {
 
@@ -30,13 +33,17 @@ struct SamplingParams {
   // tokens were.
   int min_tokens = 0;
   std::vector<int32_t> min_tokens_blocked;
+  // OpenAI's response_format json_object: the output is held to a JSON object (json_output.h), which
+  // the `json_end_tokens` may end only once it is closed.
+  std::shared_ptr<const TokenBytes> json_vocabulary;
+  std::vector<int32_t> json_end_tokens;
 
   bool greedy() const { return temperature <= 0.0f; }
   // Whether the row is changed before the warpers (penalties or biases): a tensor-parallel step then
   // gathers whole rows, since any token may become a candidate.
   bool adjusts_logits() const {
     return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f || !logit_bias.empty() ||
-           (min_tokens > 0 && !min_tokens_blocked.empty());
+           (min_tokens > 0 && !min_tokens_blocked.empty()) || json_vocabulary != nullptr;
   }
 };
 
@@ -81,6 +88,7 @@ class Sampler {
   void apply_bias_and_penalties(std::span<float> logits) const;
   int32_t sample_warped(std::span<const float> logits);  // temperature > 0
   SamplingParams params_;
+  std::optional<JsonOutputConstraint> json_;
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int> output_counts_;
   int sampled_ = 0;                 // tokens returned so far (min_tokens)

@@ -171,6 +171,10 @@ ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults)
   r.params.sampling.logprobs = r.logprobs;
   r.prompt = render_chat_prompt(body, &r.thinking, &r.tools_offered);
   r.starts_in_reasoning = prompt_opens_reasoning(r.prompt);
+  // A JSON answer leaves out the thought channel, which this prompt has already opened.
+  if (r.params.json_object && r.starts_in_reasoning)
+    throw invalid_request("response_format", "'json_object' output cannot follow a prompt that opens the thought "
+                                             "channel (thinking after a tool response): turn thinking off");
   return r;
 }
 

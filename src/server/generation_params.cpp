@@ -91,10 +91,11 @@ GenerationParams parse_generation_params(const json& body, const SamplingParams&
     const auto type = format->is_object() ? format->find("type") : format->end();
     if (!format->is_object() || type == format->end() || !type->is_string())
       throw invalid_request("response_format", "'response_format' must be an object with a string 'type'");
-    if (*type != "text")
+    if (*type == "json_object") p.json_object = true;
+    else if (*type != "text")
       throw invalid_request("response_format",
-                            fmt::format("response_format type '{}' is not supported: output is not constrained to a "
-                                        "format (only 'text')",
+                            fmt::format("response_format type '{}' is not supported (only 'text' and 'json_object': the "
+                                        "output is not held to a schema)",
                                         type->get<std::string>()));
   }
 

@@ -25,6 +25,7 @@ struct GenerationParams {
   bool skip_special_tokens = true;     // extension (vLLM): leave <eos>-like tokens out of the text
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
+  bool json_object = false;            // response_format {"type": "json_object"}
 };
 
 // The sampling of choice `index` of a prompt's n: with a seed, choice i draws from seed + i, so the

@@ -132,6 +132,10 @@ GenerationStream::GenerationStream(const RouteContext& context, GenerationJob jo
     request.sampling.min_tokens = job.params.min_tokens;
     request.sampling.min_tokens_blocked = request.stop_tokens;
   }
+  if (job.params.json_object) {
+    request.sampling.json_vocabulary = context.model.token_bytes;
+    request.sampling.json_end_tokens = request.stop_tokens;
+  }
   // The engine may outlive this stream's interest in the request (a cancelled request still gets its
   // finish event), so the callback holds the queue, never the stream.
   request.on_event = [queue = queue_](const TokenEvent& event) { queue->push(event); };

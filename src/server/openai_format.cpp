@@ -1,5 +1,7 @@
 #include "server/openai_format.h"
 
+#include "server/served_model.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -41,11 +43,7 @@ namespace {
 // The bytes a token stands for: a byte-fallback token (<0x0A>) is that one byte, which may be part
 // of a character; any other token is its decoded text.
 std::vector<int> token_bytes(const Tokenizer& tokenizer, int32_t id, const std::string& text) {
-  const std::string_view piece = tokenizer.id_to_token(id);
-  if (piece.size() == 6 && piece.substr(0, 3) == "<0x" && piece.back() == '>') {
-    unsigned value = 0;
-    if (std::sscanf(std::string(piece.substr(3, 2)).c_str(), "%2x", &value) == 1) return {int(value)};
-  }
+  if (const auto byte = byte_fallback_value(tokenizer.id_to_token(id))) return {int(*byte)};
   std::vector<int> bytes;
   for (unsigned char c : text) bytes.push_back(c);
   return bytes;

@@ -78,6 +78,12 @@ TEST(GenerationParams, ReadsEveryField) {
   EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{7, -100.0f}, {12, 2.5f}}));
 }
 
+TEST(GenerationParams, ResponseFormatJsonObjectHoldsTheOutputToJson) {
+  EXPECT_TRUE(parse(R"({"response_format": {"type": "json_object"}})").json_object);
+  EXPECT_FALSE(parse(R"({"response_format": {"type": "text"}})").json_object);
+  EXPECT_FALSE(parse("{}").json_object);
+}
+
 TEST(GenerationParams, MaxCompletionTokensWinsOverMaxTokens) {
   const GenerationParams p = parse(R"({"max_tokens": 5, "max_completion_tokens": 7})");
   EXPECT_EQ(p.max_tokens, 7);
@@ -119,7 +125,8 @@ TEST(GenerationParams, RefusesOutOfRangeAndWrongTypes) {
   expect_refused(R"({"logit_bias": {"-0": 1}})", "logit_bias");
   expect_refused(R"({"logit_bias": {"+5": 1}})", "logit_bias");
   expect_refused(R"({"logit_bias": "x"})", "logit_bias");
-  expect_refused(R"({"response_format": {"type": "json_object"}})", "response_format");
+  expect_refused(R"({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}})",
+                 "response_format");
   expect_refused(R"({"response_format": {}})", "response_format");
 }
 
@@ -145,6 +152,29 @@ TEST(ChatRequest, RendersTheChatTemplate) {
       model_defaults());
   EXPECT_TRUE(thinking.thinking);
   EXPECT_THAT(thinking.prompt, HasSubstr("<|think|>"));
+}
+
+// A JSON answer cannot follow a prompt that has already opened the thought channel (thinking on,
+// after a tool response); the same request without json_object is taken.
+TEST(ChatRequest, JsonObjectIsRefusedAfterAnOpenedThoughtChannel) {
+  const std::string body = R"({"messages": [{"role": "user", "content": "Weather?"},
+      {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
+      "chat_template_kwargs": {"enable_thinking": true})";
+  const ChatRequest open = parse_chat_request(json::parse(body + "}"), model_defaults());
+  ASSERT_TRUE(open.starts_in_reasoning) << open.prompt;
+  try {
+    parse_chat_request(json::parse(body + R"(, "response_format": {"type": "json_object"}})"), model_defaults());
+    FAIL() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.body()["error"]["param"], "response_format");
+  }
+  const ChatRequest plain = parse_chat_request(
+      json::parse(R"({"messages": [{"role": "user", "content": "Hi"}], "response_format": {"type": "json_object"}})"),
+      model_defaults());
+  EXPECT_TRUE(plain.params.json_object);
 }
 
 TEST(ChatRequest, ToolChoiceNoneLeavesToolsOut) {
