@@ -14,6 +14,24 @@ constexpr int kMaxSpaces = 32;
 constexpr int kMaxIntegerDigits = 20, kMaxExponentDigits = 2;
 constexpr const char* kLiterals[3] = {"true", "false", "null"};
 
+// The bytes a UTF-8 lead byte needs after it, and the range its first continuation byte must be in
+// (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF); 0 needed for a byte that
+// cannot lead.
+struct Utf8Lead {
+  int continuation = 0;
+  unsigned char first_min = 0x80, first_max = 0xBF;
+};
+Utf8Lead utf8_lead(unsigned char c) {
+  if (c >= 0xC2 && c <= 0xDF) return {1};
+  if (c == 0xE0) return {2, 0xA0, 0xBF};
+  if (c == 0xED) return {2, 0x80, 0x9F};
+  if (c >= 0xE1 && c <= 0xEF) return {2};
+  if (c == 0xF0) return {3, 0x90, 0xBF};
+  if (c == 0xF4) return {3, 0x80, 0x8F};
+  if (c >= 0xF1 && c <= 0xF3) return {3};
+  return {0};
+}
+
 bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 bool is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
@@ -105,7 +123,7 @@ bool JsonPrefix::number(unsigned char c) {
 bool JsonPrefix::feed(unsigned char c) {
   const bool in_token = mode_ == Mode::String || mode_ == Mode::Escape || mode_ == Mode::Unicode ||
                         mode_ == Mode::Number || mode_ == Mode::Literal;
-  if (!in_token && is_space(c)) return mode_ != Mode::Start && ++spaces_ <= kMaxSpaces;
+  if (!in_token && is_space(c)) return mode_ != Mode::Start && mode_ != Mode::Done && ++spaces_ <= kMaxSpaces;
   spaces_ = 0;
   const bool in_object = depth_ > 0 && (objects_ >> (depth_ - 1) & 1);
   switch (mode_) {
@@ -132,7 +150,8 @@ bool JsonPrefix::feed(unsigned char c) {
     case Mode::String:
       if (need_low_ && c != '\\') return false;
       if (utf8_left_ > 0) {
-        if ((c & 0xC0) != 0x80) return false;
+        if (c < utf8_min_ || c > utf8_max_) return false;
+        utf8_min_ = 0x80, utf8_max_ = 0xBF;
         --utf8_left_;
         return true;
       }
@@ -144,9 +163,11 @@ bool JsonPrefix::feed(unsigned char c) {
       if (c == '\\') return mode_ = Mode::Escape, true;
       if (c < 0x20) return false;
       if (c < 0x80) return true;
-      if (c >= 0xC2 && c <= 0xDF) return utf8_left_ = 1, true;
-      if (c >= 0xE0 && c <= 0xEF) return utf8_left_ = 2, true;
-      if (c >= 0xF0 && c <= 0xF4) return utf8_left_ = 3, true;
+      if (const Utf8Lead lead = utf8_lead(c); lead.continuation > 0) {
+        utf8_left_ = uint8_t(lead.continuation);
+        utf8_min_ = lead.first_min, utf8_max_ = lead.first_max;
+        return true;
+      }
       return false;
     case Mode::Escape:
       if (c == 'u') return mode_ = Mode::Unicode, step_ = 0, unit_ = 0, true;
@@ -187,21 +208,20 @@ TokenBytes::TokenBytes(std::vector<std::string> token_bytes) : bytes(std::move(t
     const std::string& b = bytes[id];
     bool plain = !b.empty();
     int continuation = 0;  // bytes the current character still needs
+    unsigned char next_min = 0x80, next_max = 0xBF;
     for (size_t i = 0; i < b.size() && plain; ++i) {
       const auto c = static_cast<unsigned char>(b[i]);
       if (continuation > 0) {
-        plain = (c & 0xC0) == 0x80;
+        plain = c >= next_min && c <= next_max;
+        next_min = 0x80, next_max = 0xBF;
         --continuation;
       } else if (c < 0x80) {
         plain = c >= 0x20 && c != '"' && c != '\\';
-      } else if (c >= 0xC2 && c <= 0xDF) {
-        continuation = 1;
-      } else if (c >= 0xE0 && c <= 0xEF) {
-        continuation = 2;
-      } else if (c >= 0xF0 && c <= 0xF4) {
-        continuation = 3;
       } else {
-        plain = false;
+        const Utf8Lead lead = utf8_lead(c);
+        plain = lead.continuation > 0;
+        continuation = lead.continuation;
+        next_min = lead.first_min, next_max = lead.first_max;
       }
     }
     string_content[id] = plain && continuation == 0;

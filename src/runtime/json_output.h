@@ -24,8 +24,9 @@ struct TokenBytes {
 
 // Reads a JSON object a byte at a time (RFC 8259: strings with escapes and UTF-8, numbers, the three
 // literals, nesting up to 64 levels), and says whether the bytes so far begin one. \u escapes of
-// UTF-16 surrogates must pair up and numbers stay within a double (20 integer digits, 2 exponent
-// digits), as strict parsers require. The object starts at the first byte, and
+// UTF-16 surrogates must pair up, strings hold well-formed UTF-8 (RFC 3629) and numbers stay within
+// a double (20 integer digits, 2 exponent digits), as strict parsers require. The object starts at
+// the first byte and nothing follows it, and
 // whitespace runs are held to 32 bytes (a newline and 31 of indentation), so a model cannot stall in
 // them forever.
 class JsonPrefix {
@@ -55,6 +56,7 @@ class JsonPrefix {
   bool high_ = false;     // Unicode: the escape is a high surrogate
   bool need_low_ = false; // String: a high surrogate's escape came last, so its low one must follow
   uint8_t utf8_left_ = 0; // String: continuation bytes the current character still needs
+  uint8_t utf8_min_ = 0x80, utf8_max_ = 0xBF;  // String: the range of the next continuation byte
   uint8_t spaces_ = 0;    // whitespace bytes in a row
   uint8_t digits_ = 0;    // Number: digits of its integer part or its exponent so far
 };

@@ -137,6 +137,9 @@ GenerationParams parse_generation_params(const json& body, const SamplingParams&
     if (!p.stream) throw invalid_request("stream_options", "'stream_options' is only allowed when 'stream' is true");
     p.include_usage = optional_bool(*options, "include_usage").value_or(false);
   }
+  if (p.json_object && p.ignore_eos)
+    throw invalid_request("ignore_eos", "'ignore_eos' cannot be used with response_format 'json_object': the answer "
+                                        "ends when its object closes");
   return p;
 }
 

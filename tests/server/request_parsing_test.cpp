@@ -82,6 +82,7 @@ TEST(GenerationParams, ResponseFormatJsonObjectHoldsTheOutputToJson) {
   EXPECT_TRUE(parse(R"({"response_format": {"type": "json_object"}})").json_object);
   EXPECT_FALSE(parse(R"({"response_format": {"type": "text"}})").json_object);
   EXPECT_FALSE(parse("{}").json_object);
+  expect_refused(R"({"response_format": {"type": "json_object"}, "ignore_eos": true})", "ignore_eos");
 }
 
 TEST(GenerationParams, MaxCompletionTokensWinsOverMaxTokens) {
