@@ -9,6 +9,8 @@
 // tokenizer); later turns add a short question. Greedy, streamed; one JSON line per turn.
 import { parseArgs } from "node:util";
 
+import { sse_chunks } from "./sse_events.mjs";
+
 const { values: options } = parseArgs({
   options: {
     url: { type: "string", default: "http://127.0.0.1:8080" },
@@ -37,22 +39,13 @@ async function turn(model, messages) {
     }),
   });
   if (!response.ok) throw new Error(`HTTP ${response.status}: ${await response.text()}`);
-  const decoder = new TextDecoder();
-  let buffer = "", text = "", usage = null, ttft = null;
-  for await (const bytes of response.body) {
-    buffer += decoder.decode(bytes, { stream: true });
-    let end;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const event = buffer.slice(0, end).trim();
-      buffer = buffer.slice(end + 2);
-      if (!event.startsWith("data: ") || event === "data: [DONE]") continue;
-      const chunk = JSON.parse(event.slice(6));
-      if (chunk.usage) usage = chunk.usage;
-      for (const choice of chunk.choices ?? []) {
-        const piece = choice.delta?.content ?? "";
-        if (piece && ttft === null) ttft = (performance.now() - start) / 1000;
-        text += piece;
-      }
+  let text = "", usage = null, ttft = null;
+  for await (const chunk of sse_chunks(response)) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const choice of chunk.choices ?? []) {
+      const piece = choice.delta?.content ?? "";
+      if (piece && ttft === null) ttft = (performance.now() - start) / 1000;
+      text += piece;
     }
   }
   return { ttft, seconds: (performance.now() - start) / 1000, text, usage };

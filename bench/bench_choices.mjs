@@ -10,6 +10,8 @@
 // with each choice's time to first token, the total time and the usage.
 import { parseArgs } from "node:util";
 
+import { sse_chunks } from "./sse_events.mjs";
+
 const { values: options } = parseArgs({
   options: {
     url: { type: "string", default: "http://127.0.0.1:8080" },
@@ -41,22 +43,12 @@ const response = await fetch(`${options.url}/v1/completions`, {
   }),
 });
 if (!response.ok) throw new Error(`HTTP ${response.status}: ${await response.text()}`);
-const decoder = new TextDecoder();
 const ttft = Array(n).fill(null);
-let buffer = "", usage = null;
-for await (const bytes of response.body) {
-  buffer += decoder.decode(bytes, { stream: true });
-  let end;
-  while ((end = buffer.indexOf("\n\n")) >= 0) {
-    const event = buffer.slice(0, end).trim();
-    buffer = buffer.slice(end + 2);
-    if (!event.startsWith("data: ") || event === "data: [DONE]") continue;
-    const chunk = JSON.parse(event.slice(6));
-    if (chunk.error) throw new Error(JSON.stringify(chunk.error));
-    if (chunk.usage) usage = chunk.usage;
-    for (const choice of chunk.choices ?? [])
-      if (choice.text && ttft[choice.index] === null) ttft[choice.index] = (performance.now() - start) / 1000;
-  }
+let usage = null;
+for await (const chunk of sse_chunks(response)) {
+  if (chunk.usage) usage = chunk.usage;
+  for (const choice of chunk.choices ?? [])
+    if (choice.text && ttft[choice.index] === null) ttft[choice.index] = (performance.now() - start) / 1000;
 }
 const round = (x) => (x === null ? null : Math.round(x * 1000) / 1000);
 console.log(JSON.stringify({

@@ -13,6 +13,7 @@
 // --temperature is above 0 (then sampled, with top_k K when --top-k is given: 0 or -1 turns the
 // model's default top-k off, the case where sampling reads the whole vocabulary). --requests is per level
 // (default: 4 x the concurrency, at least 8). docs/server.md shows how to run it on an E4B-shaped model.
+import { sse_chunks } from "./sse_events.mjs";
 
 function parse_args(argv) {
   const options = {
@@ -67,25 +68,15 @@ async function run_request(model, seed) {
     }),
   });
   if (!response.ok) throw new Error(`HTTP ${response.status}: ${await response.text()}`);
-  const decoder = new TextDecoder();
-  let buffer = "", first = NaN, last = NaN, tokens = 0;
+  let first = NaN, last = NaN, tokens = 0;
   const gaps = [];
-  for await (const bytes of response.body) {
-    buffer += decoder.decode(bytes, { stream: true });
-    let end;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const event = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      if (!event.startsWith("data: ") || event === "data: [DONE]") continue;
-      const chunk = JSON.parse(event.slice(6));
-      if (chunk.error) throw new Error(chunk.error.message);
-      if (chunk.usage) tokens = chunk.usage.completion_tokens;
-      if (!chunk.choices?.[0]?.text) continue;
-      const now = (performance.now() - start) / 1000;
-      if (Number.isNaN(first)) first = now;
-      else gaps.push(now - last);
-      last = now;
-    }
+  for await (const chunk of sse_chunks(response)) {
+    if (chunk.usage) tokens = chunk.usage.completion_tokens;
+    if (!chunk.choices?.[0]?.text) continue;
+    const now = (performance.now() - start) / 1000;
+    if (Number.isNaN(first)) first = now;
+    else gaps.push(now - last);
+    last = now;
   }
   return { ttft: first, gaps, e2e: (performance.now() - start) / 1000, tokens };
 }
