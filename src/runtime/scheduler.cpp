@@ -214,12 +214,13 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
     const bool reuse = prefix_reuse_ && !seq->score_prompt;
     auto [slot, prefix] = choose_slot(seq->tokens, reuse);
     int source = -1;
+    bool give_up_target = false;  // the copy's target is a kept slot, given up once the admission is sure
+    int64_t freed_full = 0, freed_sliding = 0;
     if (reuse) {
       // A longer prefix from a copy goes into an empty slot, else into the least recently used kept
       // one (not the source), whose blocks then go back before the copy runs.
       const auto [from, copied] = copy_source(seq->tokens);
       int target = -1;
-      bool give_up_target = false;
       if (copied > prefix) {
         const auto empty = std::find_if(empty_slots.begin(), empty_slots.end(), [&](int s) {
           return std::find(free_slots_.begin(), free_slots_.end(), s) != free_slots_.end();
@@ -234,7 +235,6 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
           give_up_target = target >= 0;
         }
       }
-      int64_t freed_full = 0, freed_sliding = 0;
       if (give_up_target) {
         const KvSequenceBlocks& b = worker_.slot(target);
         freed_full = int64_t(b.full.size());
@@ -249,15 +249,8 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
         ++w;
         continue;
       }
-      if (copies_fit) {
-        if (give_up_target) {
-          out.kv_ops.insert(out.kv_ops.begin() + int64_t(copy_at + copies++), KvOp{KvOp::Release, target, 0});
-          free_full += freed_full, free_sliding += freed_sliding;
-          low_full += freed_full, low_sliding += freed_sliding;
-          kept_[size_t(target)].tokens.clear();
-        }
-        slot = target, prefix = copied, source = from;
-      }
+      if (copies_fit) slot = target, prefix = copied, source = from;
+      else give_up_target = false, freed_full = freed_sliding = 0;
     }
     const int n = fit_logit_rows(seq, prefix, std::min(int(seq->tokens.size()) - prefix, budget));
     if (n == 0) break;
@@ -284,7 +277,8 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
     whole_sliding += copy_sliding;
     // (With nothing running it goes in regardless: requests are checked against the context limit,
     // and waiting could not make room.)
-    if ((whole_full > free_full + cut_full + droppable_full || whole_sliding > free_sliding + cut_sliding + droppable_sliding) &&
+    if ((whole_full > free_full + freed_full + cut_full + droppable_full ||
+         whole_sliding > free_sliding + freed_sliding + cut_sliding + droppable_sliding) &&
         !running.empty())
       break;
     if (holds) {
@@ -293,7 +287,15 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
       free_sliding += cut_sliding;
       kept_[size_t(slot)].tokens.clear();
     }
+    if (give_up_target) {
+      out.kv_ops.insert(out.kv_ops.begin() + int64_t(copy_at + copies++), KvOp{KvOp::Release, slot, 0});
+      free_full += freed_full, free_sliding += freed_sliding;
+      low_full += freed_full, low_sliding += freed_sliding;
+      kept_[size_t(slot)].tokens.clear();
+    }
     if (source >= 0) {
+      // A kept prefix that feeds copies is in use: the last to be given back.
+      if (!kept_[size_t(source)].tokens.empty()) kept_[size_t(source)].last_used = ++clock_;
       out.kv_ops.insert(out.kv_ops.begin() + int64_t(copy_at + copies++), KvOp{KvOp::Copy, slot, prefix, source});
       free_full -= copy_full, free_sliding -= copy_sliding;
       low_full -= copy_full, low_sliding -= copy_sliding;

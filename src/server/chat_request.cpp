@@ -171,6 +171,10 @@ ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults)
   r.params.sampling.logprobs = r.logprobs;
   r.prompt = render_chat_prompt(body, &r.thinking, &r.tools_offered);
   r.starts_in_reasoning = prompt_opens_reasoning(r.prompt);
+  // A JSON answer has no tool-call markers: the model could not call the tools it is offered.
+  if (r.params.json_object && r.tools_offered)
+    throw invalid_request("response_format", "'json_object' output cannot call tools: leave out 'tools' (or set "
+                                             "'tool_choice' to \"none\") or 'response_format'");
   // A JSON answer leaves out the thought channel, which this prompt has already opened.
   if (r.params.json_object && r.starts_in_reasoning)
     throw invalid_request("response_format", "'json_object' output cannot follow a prompt that opens the thought "

@@ -3,6 +3,8 @@
 // chat.completion.
 #include <httplib.h>
 
+#include <algorithm>
+
 #include "server/api_error.h"
 #include "server/chat_request.h"
 #include "server/generation_response.h"
@@ -33,11 +35,15 @@ json error_event(const std::string& message) {
   return ApiError(500, "server_error", message, {}, "generation_failed").body();
 }
 
-// Usage over the choices: the prompt once (every choice ran the same one), the completions of all.
+// Usage over the choices: the prompt once (every choice ran the same one; cached as far as any choice
+// found it: the later ones copy the first one's), the completions of all.
 json chat_usage(const GenerationChoices& choices) {
-  int completion = 0;
-  for (int i = 0; i < choices.size(); ++i) completion += choices[i].completion_tokens();
-  return usage_json(choices[0].prompt_tokens(), completion, choices[0].cached_prompt_tokens());
+  int completion = 0, cached = 0;
+  for (int i = 0; i < choices.size(); ++i) {
+    completion += choices[i].completion_tokens();
+    cached = std::max(cached, choices[i].cached_prompt_tokens());
+  }
+  return usage_json(choices[0].prompt_tokens(), completion, cached);
 }
 
 class ChatStreamFormatter final : public GenerationFormatter {

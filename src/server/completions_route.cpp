@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "server/api_error.h"
 #include "server/generation_response.h"
 #include "server/json_fields.h"
@@ -84,14 +86,18 @@ struct CompletionInfo {
   std::vector<Prompt> prompts;
 };
 
-// Usage over the choices: each prompt once (its n choices ran the same one), every completion.
+// Usage over the choices: each prompt once (its n choices ran the same one; cached as far as any of
+// them found it), every completion.
 json completion_usage(const GenerationChoices& choices, int n) {
   int prompt = 0, completion = 0, cached = 0;
-  for (int i = 0; i < choices.size(); ++i) {
-    completion += choices[i].completion_tokens();
-    if (i % n) continue;
-    prompt += choices[i].prompt_tokens();
-    cached += choices[i].cached_prompt_tokens();
+  for (int first = 0; first < choices.size(); first += n) {
+    prompt += choices[first].prompt_tokens();
+    int prompt_cached = 0;
+    for (int i = first; i < first + n; ++i) {
+      completion += choices[i].completion_tokens();
+      prompt_cached = std::max(prompt_cached, choices[i].cached_prompt_tokens());
+    }
+    cached += prompt_cached;
   }
   return usage_json(prompt, completion, cached);
 }

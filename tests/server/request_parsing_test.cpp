@@ -156,22 +156,32 @@ TEST(ChatRequest, RendersTheChatTemplate) {
 }
 
 // A JSON answer cannot follow a prompt that has already opened the thought channel (thinking on,
-// after a tool response); the same request without json_object is taken.
-TEST(ChatRequest, JsonObjectIsRefusedAfterAnOpenedThoughtChannel) {
+// after a tool response), nor call tools; a plain request with json_object is taken.
+TEST(ChatRequest, JsonObjectIsRefusedAfterAnOpenedThoughtChannelOrWithTools) {
   const std::string body = R"({"messages": [{"role": "user", "content": "Weather?"},
       {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
         "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
       {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
-      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
+      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}], "tool_choice": "none",
       "chat_template_kwargs": {"enable_thinking": true})";
   const ChatRequest open = parse_chat_request(json::parse(body + "}"), model_defaults());
   ASSERT_TRUE(open.starts_in_reasoning) << open.prompt;
-  try {
-    parse_chat_request(json::parse(body + R"(, "response_format": {"type": "json_object"}})"), model_defaults());
-    FAIL() << "accepted";
-  } catch (const ApiError& e) {
-    EXPECT_EQ(e.body()["error"]["param"], "response_format");
-  }
+  auto refusal_of = [](const std::string& request) -> json {
+    try {
+      parse_chat_request(json::parse(request), model_defaults());
+    } catch (const ApiError& e) {
+      return e.body()["error"];
+    }
+    return "accepted";
+  };
+  const json thought = refusal_of(body + R"(, "response_format": {"type": "json_object"}})");
+  EXPECT_EQ(thought["param"], "response_format");
+  EXPECT_THAT(thought["message"].get<std::string>(), HasSubstr("thought channel"));
+  // Nor can it call the tools it is offered.
+  const json tools = refusal_of(R"({"messages": [{"role": "user", "content": "Hi"}], "response_format": {"type":
+      "json_object"}, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]})");
+  EXPECT_EQ(tools["param"], "response_format");
+  EXPECT_THAT(tools["message"].get<std::string>(), HasSubstr("cannot call tools"));
   const ChatRequest plain = parse_chat_request(
       json::parse(R"({"messages": [{"role": "user", "content": "Hi"}], "response_format": {"type": "json_object"}})"),
       model_defaults());
