@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
+#include <limits>
 
 namespace tandem {
 
@@ -12,7 +14,14 @@ constexpr int kMaxSpaces = 32;
 // Digits of a number's integer part and exponent: past these a double overflows, which strict parsers
 // (nlohmann's, .NET's) refuse.
 constexpr int kMaxIntegerDigits = 20, kMaxExponentDigits = 2;
-constexpr const char* kLiterals[3] = {"true", "false", "null"};
+// Past any double: strict parsers (nlohmann's, .NET's) refuse these. Bounded integers stay within int64.
+constexpr int kMaxBoundedDigits = 19;
+constexpr size_t kMaxWays = 32;       // stacks followed at once (ways anyOf and enum leave open)
+constexpr int kMaxForkLevels = 16;    // anyOf within anyOf
+constexpr int32_t kTrue = -1, kFalse = -2, kNull = -3;
+const std::string kLiteralTexts[3] = {"true", "false", "null"};
+constexpr __int128 kBoundScale = 1'000'000'000'000'000;  // 10^JsonSchemaNode::kBoundDecimals
+enum NumberStep : uint8_t { Minus, Zero, Integer, Dot, Fraction, Exponent, ExponentSign, ExponentDigits };
 
 // The bytes a UTF-8 lead byte needs after it, and the range its first continuation byte must be in
 // (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF); 0 needed for a byte that
@@ -35,187 +44,504 @@ Utf8Lead utf8_lead(unsigned char c) {
 bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 bool is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+// The last required property's index (-1: none): an object closes only past it.
+int64_t last_required(const JsonSchemaNode& node) {
+  for (size_t j = node.properties.size(); j-- > 0;)
+    if (node.properties[j].required) return int64_t(j);
+  return -1;
+}
 }  // namespace
 
-bool JsonPrefix::push(bool object) {
-  if (depth_ == kMaxDepth) return false;
-  if (object) objects_ |= uint64_t(1) << depth_;
-  else objects_ &= ~(uint64_t(1) << depth_);
-  ++depth_;
-  mode_ = object ? Mode::ObjectFirst : Mode::ArrayFirst;
-  return true;
+const JsonGrammar& JsonGrammar::any_object() {
+  static const JsonGrammar grammar = [] {
+    JsonGrammar g;
+    g.nodes.resize(2);  // 0: any value; 1: any object
+    g.nodes[0].other_properties = 0;
+    g.nodes[0].items = 0;
+    g.nodes[1] = g.nodes[0];
+    g.nodes[1].types = JsonSchemaNode::kObject;
+    g.root = 1;
+    return g;
+  }();
+  return grammar;
 }
 
-void JsonPrefix::close() {
-  --depth_;
-  mode_ = depth_ == 0 ? Mode::Done : Mode::AfterValue;
+JsonPrefix::JsonPrefix() : JsonPrefix(JsonGrammar::any_object()) {}
+
+JsonPrefix::JsonPrefix(const JsonGrammar& grammar) : grammar_(&grammar) {
+  Frame root;
+  root.node = grammar.root;
+  frames_.push_back(root);
+  ends_.push_back(1);
 }
 
-void JsonPrefix::value_ended() { mode_ = Mode::AfterValue; }
+void JsonPrefix::assign(const JsonPrefix& other) {
+  grammar_ = other.grammar_;
+  frames_ = other.frames_;
+  ends_ = other.ends_;
+}
 
-bool JsonPrefix::begin_value(unsigned char c) {
+bool JsonPrefix::feed(unsigned char c) {
+  if (forked_.size() < size_t(kMaxForkLevels)) forked_.resize(size_t(kMaxForkLevels));
+  next_frames_.clear();
+  next_ends_.clear();
+  size_t from = 0;
+  for (size_t end : ends_) {
+    const size_t begin = next_frames_.size();
+    next_frames_.insert(next_frames_.end(), frames_.begin() + int64_t(from), frames_.begin() + int64_t(end));
+    advance(begin, c, 0);
+    from = end;
+  }
+  if (next_ends_.size() > 1) drop_repeated_ways();
+  std::swap(frames_, next_frames_);
+  std::swap(ends_, next_ends_);
+  return !ends_.empty();
+}
+
+// Ways that reached the same stack (overlapping anyOf branches) are one; past kMaxWays the latest are
+// dropped, which narrows the choice and never strands the output (each way left can still complete).
+void JsonPrefix::drop_repeated_ways() {
+  size_t kept_frames = 0, kept = 0, from = 0;
+  for (size_t i = 0; i < next_ends_.size(); ++i) {
+    const size_t end = next_ends_[i], size = end - from;
+    bool repeated = kept == kMaxWays;
+    for (size_t k = 0, other = 0; k < kept && !repeated; other = next_ends_[k++])
+      repeated = next_ends_[k] - other == size &&
+                 std::equal(next_frames_.begin() + int64_t(other), next_frames_.begin() + int64_t(next_ends_[k]),
+                            next_frames_.begin() + int64_t(from));
+    if (!repeated) {
+      std::copy(next_frames_.begin() + int64_t(from), next_frames_.begin() + int64_t(end),
+                next_frames_.begin() + int64_t(kept_frames));
+      kept_frames += size;
+      next_ends_[kept++] = kept_frames;
+    }
+    from = end;
+  }
+  next_frames_.resize(kept_frames);
+  next_ends_.resize(kept);
+}
+
+// Feeds c to the stack at next_frames_[begin, end()), the last one there: on success it stays (as
+// one or, forked, several stacks, each ended in next_ends_), on failure it is removed.
+void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
+  std::vector<Frame>& stack = next_frames_;
+  const auto fail = [&] { stack.resize(begin); };
+  const auto ok = [&] { next_ends_.push_back(stack.size()); };
+  for (;;) {
+    if (stack.size() == begin) return fail();  // the value is complete: nothing follows it
+    Frame& f = stack.back();
+    const JsonSchemaNode& node = grammar_->nodes[size_t(f.node)];
+    const size_t depth = stack.size() - begin;
+    const bool structural = f.mode != Mode::String && f.mode != Mode::Escape && f.mode != Mode::Unicode &&
+                            f.mode != Mode::Number && f.mode != Mode::Literal && f.mode != Mode::Key;
+    if (structural) {
+      if (is_space(c)) {
+        if (depth == 1 && f.mode == Mode::Value) return fail();  // nothing before the value
+        return ++f.spaces <= kMaxSpaces ? ok() : fail();
+      }
+      f.spaces = 0;
+    }
+    switch (f.mode) {
+      case Mode::Value:
+        if (!node.any_of.empty() || !node.literals.empty()) return fork(begin, c, level);
+        return begin_value(f, c, depth) ? ok() : fail();
+      case Mode::ObjectFirst:
+      case Mode::ObjectKey: {
+        if (c == '}' && f.mode == Mode::ObjectFirst) {
+          if (int64_t(f.count) <= last_required(node)) return fail();
+          end_value(begin);
+          return ok();
+        }
+        if (c != '"') return fail();
+        Frame key;
+        key.node = f.node;
+        if (!node.properties.empty()) {
+          for (size_t j = f.count; j < node.properties.size() && j - f.count < 64; ++j) {
+            key.candidates |= uint64_t(1) << (j - f.count);
+            if (node.properties[j].required) break;
+          }
+          if (key.candidates == 0) return fail();
+          key.mode = Mode::Key;
+          key.which = int32_t(f.count);
+        } else {
+          if (node.other_properties < 0) return fail();
+          key.mode = Mode::String;
+          key.key = true;
+        }
+        stack.push_back(key);
+        return ok();
+      }
+      case Mode::Key: {
+        const auto& properties = node.properties;
+        uint64_t matching = 0;
+        for (uint64_t bits = f.candidates; bits != 0; bits &= bits - 1) {
+          const size_t j = size_t(f.which) + size_t(std::countr_zero(bits));
+          const std::string& key = properties[j].key;
+          if (c == '"' && key.size() == f.count) {
+            stack.pop_back();
+            stack.back().mode = Mode::Colon;
+            stack.back().which = int32_t(j);
+            return ok();
+          }
+          if (f.count < key.size() && static_cast<unsigned char>(key[f.count]) == c) matching |= bits & -bits;
+        }
+        if (matching == 0) return fail();
+        f.candidates = matching;
+        ++f.count;
+        return ok();
+      }
+      case Mode::Colon: {
+        if (c != ':') return fail();
+        f.mode = Mode::Member;
+        Frame value;
+        value.node = f.which >= 0 ? node.properties[size_t(f.which)].node : node.other_properties;
+        stack.push_back(value);
+        return ok();
+      }
+      case Mode::AfterMember:
+        if (c == ',') {
+          if (!node.properties.empty() && f.count >= node.properties.size()) return fail();
+          f.mode = Mode::ObjectKey;
+          return ok();
+        }
+        if (c != '}' || int64_t(f.count) <= last_required(node)) return fail();
+        end_value(begin);
+        return ok();
+      case Mode::ArrayFirst:
+        if (c == ']') {
+          if (node.min_items > 0) return fail();
+          end_value(begin);
+          return ok();
+        }
+        if (node.max_items == 0) return fail();
+        f.mode = Mode::Item;
+        stack.push_back(Frame{.node = node.items});
+        continue;  // c begins the item
+      case Mode::AfterItem:
+        if (c == ',') {
+          if (f.count >= node.max_items) return fail();
+          f.mode = Mode::Item;
+          stack.push_back(Frame{.node = node.items});
+          return ok();
+        }
+        if (c != ']' || f.count < node.min_items) return fail();
+        end_value(begin);
+        return ok();
+      case Mode::String:
+      case Mode::Escape:
+      case Mode::Unicode: {
+        bool ended = false;
+        if (!string(f, c, ended)) return fail();
+        if (ended && f.key) {
+          stack.pop_back();
+          stack.back().mode = Mode::Colon;
+          stack.back().which = -1;
+        } else if (ended) {
+          end_value(begin);
+        }
+        return ok();
+      }
+      case Mode::Number: {
+        bool ended = false;
+        if (!number(f, c, ended)) return fail();
+        if (!ended) return ok();
+        end_value(begin);
+        continue;  // the byte after the number goes on to the value around it
+      }
+      case Mode::Literal: {
+        const std::string& text = literal(f);
+        if (f.count >= text.size() || c != static_cast<unsigned char>(text[f.count])) return fail();
+        if (++f.count == text.size()) end_value(begin);
+        return ok();
+      }
+      case Mode::Member:
+      case Mode::Item: return fail();  // (below the value being read: never fed)
+    }
+    return fail();
+  }
+}
+
+// A value of a node with choices (anyOf, enum): one stack per choice that c can begin.
+void JsonPrefix::fork(size_t begin, unsigned char c, int level) {
+  std::vector<Frame>& stack = next_frames_;
+  if (level + 1 >= kMaxForkLevels) return stack.resize(begin);
+  std::vector<Frame>& saved = forked_[size_t(level)];
+  saved.assign(stack.begin() + int64_t(begin), stack.end());
+  stack.resize(begin);
+  const Frame top = saved.back();
+  const JsonSchemaNode& node = grammar_->nodes[size_t(top.node)];
+  const auto follow = [&](const Frame& choice) {
+    const size_t at = stack.size();
+    stack.insert(stack.end(), saved.begin(), saved.end() - 1);
+    stack.push_back(choice);
+    advance(at, c, level + 1);
+  };
+  if (!node.any_of.empty()) {
+    for (int32_t alternative : node.any_of) {
+      Frame choice = top;
+      choice.node = alternative;
+      follow(choice);
+    }
+    return;
+  }
+  for (size_t i = 0; i < node.literals.size(); ++i) {
+    if (node.literals[i].empty() || static_cast<unsigned char>(node.literals[i][0]) != c) continue;
+    Frame choice = top;
+    choice.mode = Mode::Literal;
+    choice.which = int32_t(i);
+    choice.count = 0;
+    follow(choice);
+  }
+}
+
+bool JsonPrefix::begin_value(Frame& f, unsigned char c, size_t depth) const {
+  const uint8_t types = grammar_->nodes[size_t(f.node)].types;
   switch (c) {
-    case '{': return push(true);
-    case '[': return push(false);
-    case '"':
-      mode_ = Mode::String;
-      key_ = false;
+    case '{':
+      if (!(types & JsonSchemaNode::kObject) || depth > size_t(kMaxDepth)) return false;
+      f.mode = Mode::ObjectFirst;
+      f.count = 0;
       return true;
-    case '-':
-      mode_ = Mode::Number;
-      step_ = Minus;
+    case '[':
+      if (!(types & JsonSchemaNode::kArray) || depth > size_t(kMaxDepth)) return false;
+      f.mode = Mode::ArrayFirst;
+      f.count = 0;
+      return true;
+    case '"':
+      if (!(types & JsonSchemaNode::kString)) return false;
+      f.mode = Mode::String;
+      f.count = 0;
       return true;
     case 't':
     case 'f':
     case 'n':
-      mode_ = Mode::Literal;
-      literal_ = c == 't' ? 0 : c == 'f' ? 1 : 2;
-      step_ = 1;
+      if (!(types & (c == 'n' ? JsonSchemaNode::kNull : JsonSchemaNode::kBoolean))) return false;
+      f.mode = Mode::Literal;
+      f.which = c == 't' ? kTrue : c == 'f' ? kFalse : kNull;
+      f.count = 1;
       return true;
     default:
-      if (!is_digit(c)) return false;
-      mode_ = Mode::Number;
-      step_ = c == '0' ? Zero : Integer;
-      digits_ = 1;
-      return true;
+      if ((c != '-' && !is_digit(c)) || !(types & (JsonSchemaNode::kInteger | JsonSchemaNode::kNumber))) return false;
+      f.mode = Mode::Number;
+      f.negative = c == '-';
+      f.step = c == '-' ? Minus : c == '0' ? Zero : Integer;
+      f.digits = c == '-' ? 0 : 1;
+      f.magnitude = c == '-' ? 0 : uint64_t(c - '0');
+      return number_reachable(f);
   }
 }
 
-// A number ends at the first byte that cannot go on it, which then counts after the number.
-bool JsonPrefix::number(unsigned char c) {
+void JsonPrefix::end_value(size_t begin) {
+  next_frames_.pop_back();
+  if (next_frames_.size() == begin) return;  // the whole value
+  Frame& around = next_frames_.back();
+  if (around.mode == Mode::Member) {
+    if (around.which >= 0) around.count = uint32_t(around.which) + 1;
+    around.mode = Mode::AfterMember;
+  } else {
+    ++around.count;
+    around.mode = Mode::AfterItem;
+  }
+}
+
+const std::string& JsonPrefix::literal(const Frame& f) const {
+  if (f.which < 0) return kLiteralTexts[size_t(-f.which - 1)];
+  return grammar_->nodes[size_t(f.node)].literals[size_t(f.which)];
+}
+
+__int128 JsonPrefix::number_value(const Frame& f) const {
+  __int128 fraction = f.fraction;
+  for (int d = f.fraction_digits; d < JsonSchemaNode::kBoundDecimals; ++d) fraction *= 10;
+  const __int128 magnitude = __int128(f.magnitude) * kBoundScale + fraction;
+  return f.negative ? -magnitude : magnitude;
+}
+
+// Whether some number within the node's bounds begins with the bytes so far (any does without bounds).
+bool JsonPrefix::number_reachable(const Frame& f) const {
+  const JsonSchemaNode& node = grammar_->nodes[size_t(f.node)];
+  if (!node.bounded) return true;
+  const bool fractions = node.types & JsonSchemaNode::kNumber;
+  const __int128 lo = node.minimum, hi = node.maximum;
+  // Whether [a, b] (the magnitudes the prefix reaches) meets the bounds. Integer nodes: a, b, lo and
+  // hi are all whole, so the overlap holds a whole number.
+  const auto meets = [&](__int128 a, __int128 b) {
+    if (f.negative) std::swap(a, b), a = -a, b = -b;
+    return a <= hi && b >= lo;
+  };
+  const __int128 magnitude = __int128(f.magnitude) * kBoundScale;
+  switch (f.step) {
+    case Minus: return lo <= std::min<__int128>(hi, 0);  // "-0" or any negative within 19 digits
+    case Zero: return meets(0, fractions ? kBoundScale - 1 : 0);
+    case Dot: return meets(magnitude, magnitude + kBoundScale - 1);
+    case Fraction: {
+      __int128 span = 1;
+      for (int d = f.fraction_digits; d < JsonSchemaNode::kBoundDecimals; ++d) span *= 10;
+      const __int128 value = f.negative ? -number_value(f) : number_value(f);
+      return meets(value, value + span - 1);
+    }
+    default: {  // Integer: k more integer digits, then maybe a fraction
+      __int128 low = f.magnitude, count = 1;  // with k more digits: [low, low + count - 1]
+      for (int digits = f.digits; digits <= kMaxBoundedDigits; ++digits, low *= 10, count *= 10)
+        if (meets(low * kBoundScale, (low + count - 1) * kBoundScale + (fractions ? kBoundScale - 1 : 0))) return true;
+      return false;
+    }
+  }
+}
+
+bool JsonPrefix::number_complete(const Frame& f) const {
+  if (f.step != Zero && f.step != Integer && f.step != Fraction && f.step != ExponentDigits) return false;
+  const JsonSchemaNode& node = grammar_->nodes[size_t(f.node)];
+  if (!node.bounded) return true;
+  const __int128 value = number_value(f);
+  return value >= node.minimum && value <= node.maximum;
+}
+
+// A number ends at the first byte that cannot go on it (`ended`), which then counts after the number.
+bool JsonPrefix::number(Frame& f, unsigned char c, bool& ended) const {
+  const JsonSchemaNode& node = grammar_->nodes[size_t(f.node)];
+  const bool bounded = node.bounded, fractions = node.types & JsonSchemaNode::kNumber;
   const bool exponent_mark = c == 'e' || c == 'E';
-  switch (Number(step_)) {
+  switch (f.step) {
     case Minus:
       if (!is_digit(c)) return false;
-      step_ = c == '0' ? Zero : Integer;
-      digits_ = 1;
-      return true;
+      f.step = c == '0' ? Zero : Integer;
+      f.digits = 1;
+      f.magnitude = uint64_t(c - '0');
+      return number_reachable(f);
     case Zero:
     case Integer:
-      if (step_ == Integer && is_digit(c)) return ++digits_ <= kMaxIntegerDigits;
-      if (c == '.') return step_ = Dot, true;
-      if (exponent_mark) return step_ = Exponent, true;
+      if (f.step == Integer && is_digit(c)) {
+        if (++f.digits > (bounded ? kMaxBoundedDigits : kMaxIntegerDigits)) return false;
+        f.magnitude = f.magnitude * 10 + uint64_t(c - '0');  // (wraps unbounded, where it is not read)
+        return number_reachable(f);
+      }
+      if (fractions && c == '.') return f.step = Dot, number_reachable(f);
+      if (fractions && !bounded && exponent_mark) return f.step = Exponent, true;
       break;
     case Dot:
       if (!is_digit(c)) return false;
-      step_ = Fraction;
-      return true;
+      f.step = Fraction;
+      [[fallthrough]];
     case Fraction:
-      if (is_digit(c)) return true;
-      if (exponent_mark) return step_ = Exponent, true;
+      if (is_digit(c)) {
+        if (!bounded) return true;
+        if (f.fraction_digits == JsonSchemaNode::kBoundDecimals) return false;
+        f.fraction = f.fraction * 10 + uint64_t(c - '0');
+        ++f.fraction_digits;
+        return number_reachable(f);
+      }
+      if (!bounded && exponent_mark) return f.step = Exponent, true;
       break;
     case Exponent:
-      if (c == '+' || c == '-') return step_ = ExponentSign, true;
+      if (c == '+' || c == '-') return f.step = ExponentSign, true;
       [[fallthrough]];
     case ExponentSign:
       if (!is_digit(c)) return false;
-      step_ = ExponentDigits;
-      digits_ = 1;
+      f.step = ExponentDigits;
+      f.digits = 1;
       return true;
     case ExponentDigits:
-      if (is_digit(c)) return ++digits_ <= kMaxExponentDigits;
+      if (is_digit(c)) return ++f.digits <= kMaxExponentDigits;
       break;
   }
-  value_ended();
-  return feed(c);
+  if (!number_complete(f)) return false;
+  ended = true;
+  return true;
 }
 
-bool JsonPrefix::feed(unsigned char c) {
-  const bool in_token = mode_ == Mode::String || mode_ == Mode::Escape || mode_ == Mode::Unicode ||
-                        mode_ == Mode::Number || mode_ == Mode::Literal;
-  if (!in_token && is_space(c)) return mode_ != Mode::Start && mode_ != Mode::Done && ++spaces_ <= kMaxSpaces;
-  spaces_ = 0;
-  const bool in_object = depth_ > 0 && (objects_ >> (depth_ - 1) & 1);
-  switch (mode_) {
-    case Mode::Start: return c == '{' && push(true);
-    case Mode::ArrayFirst:
-      if (c == ']') return close(), true;
-      return begin_value(c);
-    case Mode::Value: return begin_value(c);
-    case Mode::ObjectFirst:
-    case Mode::ObjectKey:
-      if (c == '}' && mode_ == Mode::ObjectFirst) return close(), true;
-      if (c != '"') return false;
-      mode_ = Mode::String;
-      key_ = true;
-      return true;
-    case Mode::Colon:
-      if (c != ':') return false;
-      mode_ = Mode::Value;
-      return true;
-    case Mode::AfterValue:
-      if (c == ',') return mode_ = in_object ? Mode::ObjectKey : Mode::Value, true;
-      if (c == (in_object ? '}' : ']')) return close(), true;
-      return false;
-    case Mode::String:
-      if (need_low_ && c != '\\') return false;
-      if (utf8_left_ > 0) {
-        if (c < utf8_min_ || c > utf8_max_) return false;
-        utf8_min_ = 0x80, utf8_max_ = 0xBF;
-        --utf8_left_;
+// A string's next byte; `ended` at its closing quote. Keys of undeclared properties have no length
+// bounds.
+bool JsonPrefix::string(Frame& f, unsigned char c, bool& ended) const {
+  const JsonSchemaNode& node = grammar_->nodes[size_t(f.node)];
+  const uint32_t min_length = f.key ? 0 : node.min_length;
+  const uint32_t max_length = f.key ? std::numeric_limits<uint32_t>::max() : node.max_length;
+  switch (f.mode) {
+    case Mode::String: {
+      if (f.need_low && c != '\\') return false;
+      if (f.utf8_left > 0) {
+        if (c < f.utf8_min || c > f.utf8_max) return false;
+        f.utf8_min = 0x80, f.utf8_max = 0xBF;
+        --f.utf8_left;
         return true;
       }
       if (c == '"') {
-        if (key_) mode_ = Mode::Colon;
-        else value_ended();
-        return true;
+        ended = true;
+        return f.count >= min_length;
       }
-      if (c == '\\') return mode_ = Mode::Escape, true;
+      // A character begins (but not at the low half of an escaped surrogate pair).
+      if (!f.need_low && ++f.count > max_length) return false;
+      if (c == '\\') return f.mode = Mode::Escape, true;
       if (c < 0x20) return false;
       if (c < 0x80) return true;
-      if (const Utf8Lead lead = utf8_lead(c); lead.continuation > 0) {
-        utf8_left_ = uint8_t(lead.continuation);
-        utf8_min_ = lead.first_min, utf8_max_ = lead.first_max;
-        return true;
-      }
-      return false;
+      const Utf8Lead lead = utf8_lead(c);
+      if (lead.continuation == 0) return false;
+      f.utf8_left = uint8_t(lead.continuation);
+      f.utf8_min = lead.first_min, f.utf8_max = lead.first_max;
+      return true;
+    }
     case Mode::Escape:
-      if (c == 'u') return mode_ = Mode::Unicode, step_ = 0, unit_ = 0, true;
-      if (need_low_) return false;
+      if (c == 'u') return f.mode = Mode::Unicode, f.step = 0, f.unit = 0, true;
+      if (f.need_low) return false;
       if (c != '"' && c != '\\' && c != '/' && c != 'b' && c != 'f' && c != 'n' && c != 'r' && c != 't') return false;
-      mode_ = Mode::String;
+      f.mode = Mode::String;
       return true;
     case Mode::Unicode: {
       if (!is_hex(c)) return false;
-      if (++step_ <= 2) unit_ = uint8_t(unit_ * 16 + (is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10));
-      if (step_ == 1 && need_low_ && unit_ != 0xD) return false;
-      if (step_ == 2) {  // D800-DBFF: a high surrogate; DC00-DFFF: a low one, only right after a high one
-        const bool low = unit_ >= 0xDC && unit_ <= 0xDF;
-        if (low != need_low_) return false;
-        high_ = unit_ >= 0xD8 && unit_ <= 0xDB;
+      if (++f.step <= 2) f.unit = uint8_t(f.unit * 16 + (is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10));
+      if (f.step == 1 && f.need_low && f.unit != 0xD) return false;
+      if (f.step == 2) {  // D800-DBFF: a high surrogate; DC00-DFFF: a low one, only right after a high one
+        const bool low = f.unit >= 0xDC && f.unit <= 0xDF;
+        if (low != f.need_low) return false;
+        f.high = f.unit >= 0xD8 && f.unit <= 0xDB;
       }
-      if (step_ == 4) {
-        mode_ = Mode::String;
-        need_low_ = high_;
+      if (f.step == 4) {
+        f.mode = Mode::String;
+        f.need_low = f.high;
       }
       return true;
     }
-    case Mode::Number: return number(c);
-    case Mode::Literal: {
-      const char* word = kLiterals[literal_];
-      if (c != static_cast<unsigned char>(word[step_])) return false;
-      if (word[++step_] == '\0') value_ended();
-      return true;
-    }
-    case Mode::Done: return false;
+    default: return false;
+  }
+}
+
+bool JsonPrefix::complete() const {
+  size_t from = 0;
+  for (size_t end : ends_) {
+    if (end == from) return true;
+    if (end - from == 1 && frames_[from].mode == Mode::Number && number_complete(frames_[from])) return true;
+    from = end;
   }
   return false;
 }
 
+int64_t JsonPrefix::string_content_room() const {
+  if (ends_.size() != 1 || frames_.empty()) return -1;
+  const Frame& f = frames_.back();
+  if (f.mode != Mode::String || f.utf8_left != 0 || f.need_low) return -1;
+  if (f.key) return std::numeric_limits<int64_t>::max();
+  return int64_t(grammar_->nodes[size_t(f.node)].max_length) - int64_t(f.count);
+}
+
 TokenBytes::TokenBytes(std::vector<std::string> token_bytes) : bytes(std::move(token_bytes)) {
   string_content.resize(bytes.size());
+  characters.resize(bytes.size());
   for (size_t id = 0; id < bytes.size(); ++id) {
     const std::string& b = bytes[id];
     bool plain = !b.empty();
     int continuation = 0;  // bytes the current character still needs
     unsigned char next_min = 0x80, next_max = 0xBF;
+    size_t count = 0;
     for (size_t i = 0; i < b.size() && plain; ++i) {
       const auto c = static_cast<unsigned char>(b[i]);
       if (continuation > 0) {
         plain = c >= next_min && c <= next_max;
         next_min = 0x80, next_max = 0xBF;
         --continuation;
-      } else if (c < 0x80) {
+        continue;
+      }
+      ++count;
+      if (c < 0x80) {
         plain = c >= 0x20 && c != '"' && c != '\\';
       } else {
         const Utf8Lead lead = utf8_lead(c);
@@ -224,12 +550,18 @@ TokenBytes::TokenBytes(std::vector<std::string> token_bytes) : bytes(std::move(t
         next_min = lead.first_min, next_max = lead.first_max;
       }
     }
-    string_content[id] = plain && continuation == 0;
+    string_content[id] = plain && continuation == 0 && count <= std::numeric_limits<uint16_t>::max();
+    characters[id] = string_content[id] ? uint16_t(count) : 0;
   }
 }
 
-JsonOutputConstraint::JsonOutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::vector<int32_t> end_tokens)
-    : vocabulary_(std::move(vocabulary)), end_tokens_(std::move(end_tokens)) {}
+JsonOutputConstraint::JsonOutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::vector<int32_t> end_tokens,
+                                           std::shared_ptr<const JsonGrammar> grammar)
+    : vocabulary_(std::move(vocabulary)),
+      end_tokens_(std::move(end_tokens)),
+      grammar_(std::move(grammar)),
+      state_(grammar_ ? JsonPrefix(*grammar_) : JsonPrefix()),
+      scratch_(state_) {}
 
 bool JsonOutputConstraint::is_end(int32_t token) const {
   return std::find(end_tokens_.begin(), end_tokens_.end(), token) != end_tokens_.end();
@@ -239,30 +571,35 @@ void JsonOutputConstraint::mask(std::span<float> logits) const {
   // The bytes that can come next, one feed each: most tokens are settled by their first byte.
   std::array<bool, 256> first{};
   for (int c = 0; c < 256; ++c) {
-    JsonPrefix next = state_;
-    first[size_t(c)] = next.feed(static_cast<unsigned char>(c));
+    scratch_.assign(state_);
+    first[size_t(c)] = scratch_.feed(static_cast<unsigned char>(c));
   }
   const std::vector<std::string>& bytes = vocabulary_->bytes;
-  const bool string_content = state_.takes_string_content();
+  const int64_t string_room = state_.string_content_room();
+  const bool complete = state_.complete();
   bool any = false;
   for (size_t id = 0; id < logits.size(); ++id) {
     if (logits[id] == -INFINITY) continue;
     bool allowed = false;
-    if (string_content && id < bytes.size() && vocabulary_->string_content[id]) {
+    if (id < bytes.size() && vocabulary_->string_content[id] && vocabulary_->characters[id] <= string_room) {
       allowed = true;
     } else if (id < bytes.size() && !bytes[id].empty()) {
       const std::string& b = bytes[id];
       if (first[static_cast<unsigned char>(b[0])]) {
-        JsonPrefix next = state_;
-        allowed = std::all_of(b.begin(), b.end(), [&](char c) { return next.feed(static_cast<unsigned char>(c)); });
+        if (b.size() == 1) {
+          allowed = true;
+        } else {
+          scratch_.assign(state_);
+          allowed = std::all_of(b.begin(), b.end(), [&](char c) { return scratch_.feed(static_cast<unsigned char>(c)); });
+        }
       }
     } else {
-      allowed = state_.complete() && is_end(int32_t(id));
+      allowed = complete && is_end(int32_t(id));
     }
     if (allowed) any = true;
     else logits[id] = -INFINITY;
   }
-  // Nothing can follow (a closed object and no stop token, with ignore_eos): whitespace then ran out.
+  // Nothing can follow (a complete value and no stop token, with ignore_eos): whitespace then ran out.
   if (!any)
     for (int32_t id : end_tokens_)
       if (size_t(id) < logits.size()) logits[size_t(id)] = 0.0f;

@@ -1,14 +1,16 @@
 #pragma once
-// Output held to a JSON object (OpenAI's response_format {"type": "json_object"}): before each draw,
-// every token that would take the output off every JSON object is masked, so the sampler (greedy or
-// not) only ever picks a token that keeps it a prefix of one, and the stop tokens only once the
-// object is closed. The check is on bytes: each token's bytes run through a JSON recognizer from
-// the output's current state.
+// Output held to JSON (OpenAI's response_format json_object and json_schema): before each draw,
+// every token that would take the output off every value the grammar allows is masked, so the
+// sampler (greedy or not) only ever picks a token that keeps it a prefix of one, and the stop tokens
+// only once the value is complete. The check is on bytes: each token's bytes run through a JSON
+// recognizer from the output's current state.
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "runtime/json_grammar.h"
 
 namespace tandem {
 
@@ -20,51 +22,84 @@ struct TokenBytes {
   // 1 where the token is whole UTF-8 characters that a JSON string holds as they are (no quote,
   // backslash or control byte): most of a vocabulary, settled inside a string without reading it.
   std::vector<uint8_t> string_content;
+  std::vector<uint16_t> characters;  // of each string_content token
 };
 
-// Reads a JSON object a byte at a time (RFC 8259: strings with escapes and UTF-8, numbers, the three
-// literals, nesting up to 64 levels), and says whether the bytes so far begin one. \u escapes of
-// UTF-16 surrogates must pair up, strings hold well-formed UTF-8 (RFC 3629) and numbers stay within
-// a double (20 integer digits, 2 exponent digits), as strict parsers require. The object starts at
-// the first byte and nothing follows it, and
+// Reads JSON held to a grammar a byte at a time, and says whether the bytes so far begin a value it
+// allows (by default any JSON object). RFC 8259 throughout: strings with escapes and UTF-8, numbers,
+// the three literals, nesting up to 64 levels. \u escapes of UTF-16 surrogates must pair up, strings
+// hold well-formed UTF-8 (RFC 3629) and numbers stay within a double (20 integer digits, 2 exponent
+// digits), as strict parsers require. The value starts at the first byte and nothing follows it, and
 // whitespace runs are held to 32 bytes (a newline and 31 of indentation), so a model cannot stall in
-// them forever.
+// them forever. Where the grammar leaves a choice open (anyOf, enum), each way still open is followed.
 class JsonPrefix {
  public:
-  bool feed(unsigned char c);  // false: no JSON object begins with the bytes so far and c (the state is then spent)
-  bool complete() const { return mode_ == Mode::Done; }
-  // Inside a string, between characters: any TokenBytes::string_content token can come next.
-  bool takes_string_content() const { return mode_ == Mode::String && utf8_left_ == 0 && !need_low_; }
+  JsonPrefix();  // any JSON object
+  explicit JsonPrefix(const JsonGrammar& grammar);  // which must outlive it
+  bool feed(unsigned char c);  // false: no value begins with the bytes so far and c (the state is then spent)
+  bool complete() const;
+  // Inside a string, between characters: how many more characters it takes (any TokenBytes::
+  // string_content token that short can come next); -1 elsewhere.
+  int64_t string_content_room() const;
+  // This state, keeping this one's buffers (no allocation once they are large enough).
+  void assign(const JsonPrefix& other);
 
  private:
-  enum class Mode : uint8_t { Start, Value, ArrayFirst, ObjectFirst, ObjectKey, Colon, AfterValue, String, Escape,
-                              Unicode, Number, Literal, Done };
-  enum Number : uint8_t { Minus, Zero, Integer, Dot, Fraction, Exponent, ExponentSign, ExponentDigits };
-  bool begin_value(unsigned char c);
-  bool push(bool object);
-  void close();        // the innermost container ended
-  void value_ended();  // a value inside a container ended
-  bool number(unsigned char c);
+  enum class Mode : uint8_t { Value, ObjectFirst, ObjectKey, Key, Colon, Member, AfterMember, ArrayFirst, Item,
+                              AfterItem, String, Escape, Unicode, Number, Literal };
+  struct Frame {
+    int32_t node = 0;
+    Mode mode = Mode::Value;
+    uint8_t spaces = 0;      // whitespace bytes in a row
+    uint8_t step = 0;        // Number: its state; Unicode: hex digits read
+    uint8_t digits = 0;      // Number: digits of its integer part or its exponent so far
+    uint8_t utf8_left = 0;   // String: continuation bytes the current character still needs
+    uint8_t utf8_min = 0x80, utf8_max = 0xBF;  // String: the range of the next continuation byte
+    uint8_t unit = 0;        // Unicode: the escape's first two hex digits
+    bool key = false;        // String: an undeclared key of an object
+    bool high = false;       // Unicode: the escape is a high surrogate
+    bool need_low = false;   // String: a high surrogate's escape came last, so its low one must follow
+    bool negative = false;   // Number
+    // Object: the property whose value comes next (-1: undeclared); Key: the first candidate;
+    // Literal: the text (kTrue, kFalse, kNull or a node literal).
+    int32_t which = 0;
+    // Object: declared properties passed; Array: items; String: characters; Key, Literal: bytes matched.
+    uint32_t count = 0;
+    uint64_t candidates = 0;  // Key: bit b, property which + b still matches
+    uint64_t magnitude = 0;   // Number with bounds: its integer part so far
+    uint64_t fraction = 0;    // Number with bounds: its fraction digits so far, as an integer
+    uint8_t fraction_digits = 0;
+    bool operator==(const Frame&) const = default;
+  };
 
-  uint64_t objects_ = 0;  // bit d: the container at depth d is an object (not an array)
-  uint8_t depth_ = 0;
-  Mode mode_ = Mode::Start;
-  uint8_t step_ = 0;      // Number: its Number state; Literal: characters matched; Unicode: hex digits read
-  uint8_t literal_ = 0;   // Literal: 0 true, 1 false, 2 null
-  bool key_ = false;      // String: an object's key
-  uint8_t unit_ = 0;      // Unicode: the escape's first two hex digits
-  bool high_ = false;     // Unicode: the escape is a high surrogate
-  bool need_low_ = false; // String: a high surrogate's escape came last, so its low one must follow
-  uint8_t utf8_left_ = 0; // String: continuation bytes the current character still needs
-  uint8_t utf8_min_ = 0x80, utf8_max_ = 0xBF;  // String: the range of the next continuation byte
-  uint8_t spaces_ = 0;    // whitespace bytes in a row
-  uint8_t digits_ = 0;    // Number: digits of its integer part or its exponent so far
+  void advance(size_t begin, unsigned char c, int level);
+  void fork(size_t begin, unsigned char c, int level);
+  bool begin_value(Frame& f, unsigned char c, size_t depth) const;
+  void end_value(size_t begin);  // the top frame's value ended
+  bool number(Frame& f, unsigned char c, bool& ended) const;
+  bool string(Frame& f, unsigned char c, bool& ended) const;
+  void drop_repeated_ways();
+  bool number_complete(const Frame& f) const;
+  bool number_reachable(const Frame& f) const;
+  __int128 number_value(const Frame& f) const;  // in the units of the node's bounds
+  const std::string& literal(const Frame& f) const;
+
+  const JsonGrammar* grammar_;
+  // The ways still open, one stack of frames each (innermost last), one after another in frames_.
+  std::vector<Frame> frames_;
+  std::vector<size_t> ends_;
+  // Scratch of feed(): the next stacks, and a stack being forked per level.
+  std::vector<Frame> next_frames_;
+  std::vector<size_t> next_ends_;
+  std::vector<std::vector<Frame>> forked_;
 };
 
 class JsonOutputConstraint {
  public:
-  // end_tokens: the tokens that stop the request, allowed once the object is closed.
-  JsonOutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::vector<int32_t> end_tokens);
+  // end_tokens: the tokens that stop the request, allowed once the value is complete. A null grammar
+  // is any JSON object.
+  JsonOutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::vector<int32_t> end_tokens,
+                       std::shared_ptr<const JsonGrammar> grammar = nullptr);
   // Sets to -inf the logits of the tokens that cannot come next.
   void mask(std::span<float> logits) const;
   // The token drawn (one mask() allowed).
@@ -75,7 +110,9 @@ class JsonOutputConstraint {
   bool is_end(int32_t token) const;
   std::shared_ptr<const TokenBytes> vocabulary_;
   std::vector<int32_t> end_tokens_;
+  std::shared_ptr<const JsonGrammar> grammar_;
   JsonPrefix state_;
+  mutable JsonPrefix scratch_;
 };
 
 }  // namespace tandem

@@ -133,7 +133,7 @@ void top_k_order(std::span<const float> logits, size_t k, std::vector<float>& ma
 Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt) : params_(params) {
   rng_.seed(params.seed ? *params.seed : std::random_device{}());
   if (params.repetition_penalty != 1.0f) penalized_.assign(prompt.begin(), prompt.end());
-  if (params.json_vocabulary) json_.emplace(params.json_vocabulary, params.json_end_tokens);
+  if (params.json_vocabulary) json_.emplace(params.json_vocabulary, params.json_end_tokens, params.json_grammar);
 }
 
 void Sampler::apply_bias_and_penalties(std::span<float> logits) const {

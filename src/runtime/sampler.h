@@ -33,9 +33,11 @@ struct SamplingParams {
   // tokens were.
   int min_tokens = 0;
   std::vector<int32_t> min_tokens_blocked;
-  // OpenAI's response_format json_object: the output is held to a JSON object (json_output.h), which
-  // the `json_end_tokens` may end only once it is closed.
+  // OpenAI's response_format json_object and json_schema: with a vocabulary, the output is held to
+  // JSON (json_output.h), a value of `json_grammar` (null: any object), which the `json_end_tokens`
+  // may end only once it is complete.
   std::shared_ptr<const TokenBytes> json_vocabulary;
+  std::shared_ptr<const JsonGrammar> json_grammar;
   std::vector<int32_t> json_end_tokens;
 
   bool greedy() const { return temperature <= 0.0f; }

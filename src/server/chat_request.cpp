@@ -158,9 +158,9 @@ std::string render_chat_prompt(const json& body, bool* thinking, bool* tools_off
   return continue_final ? cut_after_final_message(rendered, final_message_text(*messages)) : rendered;
 }
 
-ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults) {
+ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults, std::string_view body_text) {
   ChatRequest r;
-  r.params = parse_generation_params(body, defaults, {"max_completion_tokens", "max_tokens"}, 0);
+  r.params = parse_generation_params(body, defaults, {"max_completion_tokens", "max_tokens"}, 0, body_text);
   r.logprobs = optional_bool(body, "logprobs").value_or(false);
   if (const auto top = optional_integer(body, "top_logprobs")) {
     if (*top < 0 || *top > kMaxTopLogprobs)
@@ -172,13 +172,15 @@ ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults)
   r.prompt = render_chat_prompt(body, &r.thinking, &r.tools_offered);
   r.starts_in_reasoning = prompt_opens_reasoning(r.prompt);
   // A JSON answer has no tool-call markers: the model could not call the tools it is offered.
-  if (r.params.json_object && r.tools_offered)
-    throw invalid_request("response_format", "'json_object' output cannot call tools: leave out 'tools' (or set "
-                                             "'tool_choice' to \"none\") or 'response_format'");
+  if (!r.params.json_format.empty() && r.tools_offered)
+    throw invalid_request("response_format", fmt::format("'{}' output cannot call tools: leave out 'tools' (or set "
+                                                         "'tool_choice' to \"none\") or 'response_format'",
+                                                         r.params.json_format));
   // A JSON answer leaves out the thought channel, which this prompt has already opened.
-  if (r.params.json_object && r.starts_in_reasoning)
-    throw invalid_request("response_format", "'json_object' output cannot follow a prompt that opens the thought "
-                                             "channel (thinking after a tool response): turn thinking off");
+  if (!r.params.json_format.empty() && r.starts_in_reasoning)
+    throw invalid_request("response_format", fmt::format("'{}' output cannot follow a prompt that opens the thought "
+                                                         "channel (thinking after a tool response): turn thinking off",
+                                                         r.params.json_format));
   return r;
 }
 

@@ -20,7 +20,9 @@ struct ChatRequest {
   bool tools_offered = false;        // tools rendered into the prompt: only then are tool calls parsed
 };
 
-ChatRequest parse_chat_request(const nlohmann::json& body, const SamplingParams& defaults);
+// `body_text`: as parse_generation_params.
+ChatRequest parse_chat_request(const nlohmann::json& body, const SamplingParams& defaults,
+                               std::string_view body_text = {});
 
 // The chat template's rendering of `messages` (+ tools, chat_template_kwargs) from a request body,
 // for /v1/chat/completions and /tokenize. Errors name the field (param "messages[2]", "tools").

@@ -172,7 +172,7 @@ void handle_chat_completions(const RouteContext& context, const std::string& req
   const auto arrival = std::chrono::steady_clock::now();
   const json body = parse_json_object_body(request_body);
   check_model_name(body, context.model.name);
-  ChatRequest chat = parse_chat_request(body, context.model.default_sampling);
+  ChatRequest chat = parse_chat_request(body, context.model.default_sampling, request_body);
 
   GenerationJob job;
   job.arrival = arrival;

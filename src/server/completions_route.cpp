@@ -294,9 +294,10 @@ void handle_completions(const RouteContext& context, const std::string& request_
       throw invalid_request("min_tokens", "'min_tokens' must be 0 when 'max_tokens' is 0 (the prompt alone is scored)");
     json rest = body;
     rest.erase("max_tokens");
-    job.params = parse_generation_params(rest, context.model.default_sampling, {"max_tokens"}, 1);
+    job.params = parse_generation_params(rest, context.model.default_sampling, {"max_tokens"}, 1, request_body);
   } else {
-    job.params = parse_generation_params(body, context.model.default_sampling, {"max_tokens"}, kDefaultCompletionTokens);
+    job.params = parse_generation_params(body, context.model.default_sampling, {"max_tokens"}, kDefaultCompletionTokens,
+                                         request_body);
   }
   CompletionInfo info;
   info.model = context.model.name;
@@ -349,7 +350,8 @@ void handle_generate(const RouteContext& context, const std::string& request_bod
   const json body = parse_json_object_body(request_body);
   GenerationJob job;
   job.arrival = arrival;
-  job.params = parse_generation_params(body, context.model.default_sampling, {"max_tokens"}, kDefaultCompletionTokens);
+  job.params = parse_generation_params(body, context.model.default_sampling, {"max_tokens"}, kDefaultCompletionTokens,
+                                         request_body);
   if (job.params.stream) throw invalid_request("stream", "/generate does not stream; use /v1/completions");
   const auto prompt = optional_string(body, "prompt");
   if (!prompt) throw invalid_request("prompt", "'prompt' (a string) is required");

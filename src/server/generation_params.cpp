@@ -7,6 +7,7 @@
 
 #include "server/api_error.h"
 #include "server/json_fields.h"
+#include "server/json_schema.h"
 
 namespace tandem::server {
 
@@ -46,10 +47,35 @@ std::vector<std::string> parse_stop(const json& body) {
   return stops;
 }
 
+// response_format {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}:
+// the schema compiled, read from the body as received so that its properties keep their order.
+std::shared_ptr<const JsonGrammar> parse_json_schema_format(const json& body, std::string_view body_text) {
+  const json& format = body["response_format"];
+  const auto spec = format.find("json_schema");
+  if (spec == format.end() || !spec->is_object())
+    throw invalid_request("response_format", "response_format 'json_schema' needs a 'json_schema' object");
+  if (const auto name = spec->find("name"); name != spec->end() && !name->is_string())
+    throw invalid_request("response_format", "'response_format.json_schema.name' must be a string");
+  if (const auto strict = spec->find("strict"); strict != spec->end() && !strict->is_boolean() && !strict->is_null())
+    throw invalid_request("response_format", "'response_format.json_schema.strict' must be a boolean");
+  const auto schema = spec->find("schema");
+  if (schema == spec->end() || schema->is_null())  // no schema: any JSON value
+    return compile_json_schema(nlohmann::ordered_json::object(), "response_format.json_schema.schema");
+  nlohmann::ordered_json ordered;
+  try {
+    ordered = body_text.empty() ? nlohmann::ordered_json(body)
+                                : nlohmann::ordered_json::parse(body_text.begin(), body_text.end());
+  } catch (const nlohmann::json::exception&) {
+    ordered = nlohmann::ordered_json(body);
+  }
+  return compile_json_schema(ordered["response_format"]["json_schema"]["schema"], "response_format.json_schema.schema");
+}
+
 }  // namespace
 
 GenerationParams parse_generation_params(const json& body, const SamplingParams& defaults,
-                                         const std::vector<const char*>& max_tokens_fields, int default_max_tokens) {
+                                         const std::vector<const char*>& max_tokens_fields, int default_max_tokens,
+                                         std::string_view body_text) {
   GenerationParams p;
   SamplingParams& s = p.sampling;
   s = defaults;
@@ -91,12 +117,17 @@ GenerationParams parse_generation_params(const json& body, const SamplingParams&
     const auto type = format->is_object() ? format->find("type") : format->end();
     if (!format->is_object() || type == format->end() || !type->is_string())
       throw invalid_request("response_format", "'response_format' must be an object with a string 'type'");
-    if (*type == "json_object") p.json_object = true;
-    else if (*type != "text")
+    if (*type == "json_object") {
+      p.json_format = "json_object";
+    } else if (*type == "json_schema") {
+      p.json_format = "json_schema";
+      p.json_grammar = parse_json_schema_format(body, body_text);
+    } else if (*type != "text") {
       throw invalid_request("response_format",
-                            fmt::format("response_format type '{}' is not supported (only 'text' and 'json_object': the "
-                                        "output is not held to a schema)",
+                            fmt::format("response_format type '{}' is not supported (only 'text', 'json_object' and "
+                                        "'json_schema')",
                                         type->get<std::string>()));
+    }
   }
 
   s.temperature = number_in(body, "temperature", 0.0, 2.0, false, s.temperature);
@@ -137,9 +168,10 @@ GenerationParams parse_generation_params(const json& body, const SamplingParams&
     if (!p.stream) throw invalid_request("stream_options", "'stream_options' is only allowed when 'stream' is true");
     p.include_usage = optional_bool(*options, "include_usage").value_or(false);
   }
-  if (p.json_object && p.ignore_eos)
-    throw invalid_request("ignore_eos", "'ignore_eos' cannot be used with response_format 'json_object': the answer "
-                                        "ends when its object closes");
+  if (!p.json_format.empty() && p.ignore_eos)
+    throw invalid_request("ignore_eos", fmt::format("'ignore_eos' cannot be used with response_format '{}': the "
+                                                    "answer ends when its JSON value does",
+                                                    p.json_format));
   return p;
 }
 

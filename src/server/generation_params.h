@@ -4,7 +4,9 @@
 // OpenAI's ranges. Omitted sampling fields take the model's defaults (generation_config.json).
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/sampler.h"
@@ -25,7 +27,10 @@ struct GenerationParams {
   bool skip_special_tokens = true;     // extension (vLLM): leave <eos>-like tokens out of the text
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
-  bool json_object = false;            // response_format {"type": "json_object"}
+  // response_format json_object or json_schema: the output is held to JSON (`json_format` names
+  // which), a value of `json_grammar` (null: any object).
+  std::string json_format;
+  std::shared_ptr<const JsonGrammar> json_grammar;
 };
 
 // The sampling of choice `index` of a prompt's n: with a seed, choice i draws from seed + i, so the
@@ -34,9 +39,11 @@ SamplingParams choice_sampling(const SamplingParams& sampling, int index);
 
 // `max_tokens_fields` lists the accepted names of the length limit, preferred first
 // (chat: max_completion_tokens, max_tokens). `default_max_tokens` applies when none is given.
+// `body_text` is the body as received: a json_schema's properties are written in its order (which
+// `body` has lost); without it, in `body`'s.
 GenerationParams parse_generation_params(const nlohmann::json& body, const SamplingParams& defaults,
                                          const std::vector<const char*>& max_tokens_fields,
-                                         int default_max_tokens);
+                                         int default_max_tokens, std::string_view body_text = {});
 
 // Refuses `model` values other than the served model's name (404 model_not_found, as OpenAI does).
 void check_model_name(const nlohmann::json& body, const std::string& served_name);

@@ -132,8 +132,9 @@ GenerationStream::GenerationStream(const RouteContext& context, GenerationJob jo
     request.sampling.min_tokens = job.params.min_tokens;
     request.sampling.min_tokens_blocked = request.stop_tokens;
   }
-  if (job.params.json_object) {
+  if (!job.params.json_format.empty()) {
     request.sampling.json_vocabulary = context.model.token_bytes;
+    request.sampling.json_grammar = job.params.json_grammar;
     request.sampling.json_end_tokens = request.stop_tokens;
   }
   // The engine may outlive this stream's interest in the request (a cancelled request still gets its

@@ -2,7 +2,9 @@
 // JSON document with what it saw, and the C++ test makes the assertions.
 //
 //   node server_client.mjs CHECK BASE_URL MODEL [ARGS...]
-//   CHECK: chat | stop | seed | tools | completions | choices | errors | concurrency | auth KEY | flood N MAX_TOKENS
+//   CHECK: chat | stop | seed | tools | completions | choices | structured | errors | concurrency | auth KEY |
+//          flood N MAX_TOKENS
+import Ajv from "ajv";
 import OpenAI from "openai";
 
 const [check, baseURL, model, ...args] = process.argv.slice(2);
@@ -58,7 +60,77 @@ async function api_error(promise) {
   }
 }
 
+// Schemas for the structured output check: their values are short (bounded strings, arrays and
+// numbers, enums), so random weights finish them well within max_tokens.
+const structured_schemas = [
+  { name: "person", schema: {
+    type: "object", additionalProperties: false, required: ["name", "age", "role", "tags"],
+    properties: {
+      name: { type: "string", minLength: 1, maxLength: 6 },
+      age: { type: "integer", minimum: 0, maximum: 120 },
+      role: { enum: ["admin", "user", "guest", null] },
+      score: { type: "number", exclusiveMinimum: 0, maximum: 1 },
+      tags: { type: "array", items: { type: "string", maxLength: 3 }, maxItems: 2 },
+      active: { type: "boolean" },
+    } } },
+  { name: "tree", schema: {
+    $defs: { node: { type: "object", additionalProperties: false, required: ["v", "kids"], properties: {
+      v: { type: "integer", minimum: -9, maximum: 9 },
+      kids: { type: "array", maxItems: 2, items: { $ref: "#/$defs/node" } } } } },
+    $ref: "#/$defs/node" } },
+  { name: "choice", schema: {
+    anyOf: [{ type: "object", additionalProperties: false, required: ["kind", "n"],
+              properties: { kind: { const: "count" }, n: { type: "integer", minimum: 1, maximum: 99 } } },
+            { type: "array", minItems: 1, maxItems: 3, items: { type: ["boolean", "null"] } }] } },
+];
+
 const checks = {
+  // response_format json_schema: each reply that finishes is valid for its schema (ajv, an independent
+  // validator), streamed equals non-streamed, the SDK's parse() reads the reply, and what the
+  // server cannot hold output to is refused.
+  async structured() {
+    const ajv = new Ajv({ strict: false });
+    const results = [];
+    for (const { name, schema } of structured_schemas) {
+      const validate = ajv.compile(schema);
+      for (let seed = 0; seed < 3; ++seed) {
+        const request = {
+          model, temperature: 1, seed, max_tokens: 400,
+          messages: [{ role: "user", content: `Give me a ${name} as JSON.` }],
+          response_format: { type: "json_schema", json_schema: { name, schema, strict: true } },
+        };
+        const reply = await client.chat.completions.create(request);
+        const streamed = chat_from_chunks(await collect(await client.chat.completions.create({ ...request, stream: true })));
+        const choice = reply.choices[0];
+        let valid = null;
+        if (choice.finish_reason === "stop") {
+          try { valid = validate(JSON.parse(choice.message.content)); } catch { valid = false; }
+        }
+        results.push({ name, seed, finish_reason: choice.finish_reason, content: choice.message.content, valid,
+                       errors: validate.errors ?? null, streamed_content: streamed.content });
+      }
+    }
+    const point = { type: "object", additionalProperties: false, required: ["x", "up"],
+                    properties: { x: { type: "integer", minimum: 0, maximum: 9 }, up: { type: "boolean" } } };
+    const parsed = await client.chat.completions.parse({
+      ...greedy, max_tokens: 200, messages: [{ role: "user", content: "A point, please." }],
+      response_format: { type: "json_schema", json_schema: { name: "point", schema: point, strict: true } },
+    });
+    const completion = await client.completions.create({
+      ...greedy, prompt: "A point:", max_tokens: 200,
+      response_format: { type: "json_schema", json_schema: { name: "point", schema: point } },
+    });
+    const refused = await api_error(client.chat.completions.create({
+      ...greedy, max_tokens: 8, messages: [{ role: "user", content: "Hi" }],
+      response_format: { type: "json_schema", json_schema: { name: "code", schema: { type: "string", pattern: "^[A-Z]{3}$" } } },
+    }));
+    return {
+      results, parsed: parsed.choices[0].message.parsed, parsed_content: parsed.choices[0].message.content,
+      completion: completion.choices[0], completion_valid: ajv.validate(point, JSON.parse(completion.choices[0].text)),
+      refused,
+    };
+  },
+
   async chat() {
     const messages = [
       { role: "system", content: "You are terse." },

@@ -79,9 +79,10 @@ TEST(GenerationParams, ReadsEveryField) {
 }
 
 TEST(GenerationParams, ResponseFormatJsonObjectHoldsTheOutputToJson) {
-  EXPECT_TRUE(parse(R"({"response_format": {"type": "json_object"}})").json_object);
-  EXPECT_FALSE(parse(R"({"response_format": {"type": "text"}})").json_object);
-  EXPECT_FALSE(parse("{}").json_object);
+  EXPECT_EQ(parse(R"({"response_format": {"type": "json_object"}})").json_format, "json_object");
+  EXPECT_EQ(parse(R"({"response_format": {"type": "json_object"}})").json_grammar, nullptr) << "any object";
+  EXPECT_EQ(parse(R"({"response_format": {"type": "text"}})").json_format, "");
+  EXPECT_EQ(parse("{}").json_format, "");
   expect_refused(R"({"response_format": {"type": "json_object"}, "ignore_eos": true})", "ignore_eos");
 }
 
@@ -126,7 +127,9 @@ TEST(GenerationParams, RefusesOutOfRangeAndWrongTypes) {
   expect_refused(R"({"logit_bias": {"-0": 1}})", "logit_bias");
   expect_refused(R"({"logit_bias": {"+5": 1}})", "logit_bias");
   expect_refused(R"({"logit_bias": "x"})", "logit_bias");
-  expect_refused(R"({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}})",
+  expect_refused(R"({"response_format": {"type": "regex", "regex": "a+"}})", "response_format");
+  expect_refused(R"({"response_format": {"type": "json_schema"}})", "response_format");
+  expect_refused(R"({"response_format": {"type": "json_schema", "json_schema": {"schema": {"pattern": "a+"}}}})",
                  "response_format");
   expect_refused(R"({"response_format": {}})", "response_format");
 }
@@ -185,7 +188,7 @@ TEST(ChatRequest, JsonObjectIsRefusedAfterAnOpenedThoughtChannelOrWithTools) {
   const ChatRequest plain = parse_chat_request(
       json::parse(R"({"messages": [{"role": "user", "content": "Hi"}], "response_format": {"type": "json_object"}})"),
       model_defaults());
-  EXPECT_TRUE(plain.params.json_object);
+  EXPECT_EQ(plain.params.json_format, "json_object");
 }
 
 TEST(ChatRequest, ToolChoiceNoneLeavesToolsOut) {

@@ -117,7 +117,10 @@ std::string npm_modules() {
     const std::string js = source_dir() + "/tests/js";
     int lock = ::open((js + "/.npm-install.lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
     if (lock >= 0) ::flock(lock, LOCK_EX);
-    const bool present = fs::exists(js + "/node_modules/.package-lock.json");
+    // Installed, and since package-lock.json last changed (a dependency added to a checkout).
+    const bool present = fs::exists(js + "/node_modules/.package-lock.json") &&
+                         fs::last_write_time(js + "/node_modules/.package-lock.json") >=
+                             fs::last_write_time(js + "/package-lock.json");
     if (!present) {
       CommandResult r = run("cd " + shell_quote(js) +
                             " && npm ci --no-audit --no-fund --loglevel=error");

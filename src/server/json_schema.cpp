@@ -1,0 +1,312 @@
+#include "server/json_schema.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+
+#include "server/api_error.h"
+
+namespace tandem::server {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using Node = JsonSchemaNode;
+
+// Keywords that only describe, or hold subschemas reached through $ref: read past.
+const std::set<std::string, std::less<>> kAnnotations = {
+    "title", "description", "default", "examples", "example", "$schema", "$id", "$anchor", "$comment", "deprecated",
+    "readOnly", "writeOnly", "$defs", "definitions", "format", "contentEncoding", "contentMediaType", "discriminator",
+    "strict", "additionalItems"};
+// Assertions the grammar cannot hold output to.
+const std::set<std::string, std::less<>> kUnsupported = {
+    "pattern", "multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+    "patternProperties", "propertyNames", "minProperties", "maxProperties", "unevaluatedProperties",
+    "unevaluatedItems", "contains", "minContains", "maxContains", "prefixItems", "$dynamicRef", "$recursiveRef",
+    "uniqueItems"};
+
+constexpr __int128 kScale = 1'000'000'000'000'000;                 // 10^Node::kBoundDecimals
+constexpr __int128 kLargest = __int128(10'000'000'000'000'000'000u) * kScale - 1;  // 19 integer digits
+
+// x in units of 1/kScale: `up` rounds up (a lower bound), else down; within the double's own error
+// of a whole unit it rounds to nearest, so 0.1 (a double a little above 1/10) stays 0.1.
+__int128 scaled(double x, bool up) {
+  if (std::isnan(x)) return 0;
+  if (x >= 1e19) return kLargest + 1;
+  if (x <= -1e19) return -kLargest - 1;
+  const long double whole = std::trunc(static_cast<long double>(x));
+  const long double part = (static_cast<long double>(x) - whole) * static_cast<long double>(kScale);
+  long double rounded = std::round(part);
+  const long double error = 0.01L + std::fabs(static_cast<long double>(x)) * static_cast<long double>(kScale) * 2.3e-16L;
+  if (std::fabs(part - rounded) > error) rounded = up ? std::ceil(part) : std::floor(part);
+  return __int128(whole) * kScale + __int128(rounded);
+}
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(const ojson& root, std::string param) : root_(root), param_(std::move(param)) {}
+
+  std::shared_ptr<const JsonGrammar> run() {
+    grammar_.root = compile(root_, "");
+    prune();
+    return std::make_shared<const JsonGrammar>(std::move(grammar_));
+  }
+
+ private:
+  [[noreturn]] void refuse(const std::string& pointer, const std::string& message) const {
+    throw invalid_request("response_format", fmt::format("{}{}: {}", param_, pointer.empty() ? "" : "#" + pointer, message));
+  }
+
+  int32_t add(Node node) {
+    grammar_.nodes.push_back(std::move(node));
+    return int32_t(grammar_.nodes.size() - 1);
+  }
+
+  int32_t any() {
+    if (any_ < 0) {
+      any_ = add(Node{});
+      grammar_.nodes[size_t(any_)].other_properties = any_;
+      grammar_.nodes[size_t(any_)].items = any_;
+    }
+    return any_;
+  }
+
+  // Only annotations may stand beside `keyword` (a $ref, an allOf, an anyOf).
+  void only_annotations_beside(const ojson& s, const std::string& pointer, const char* keyword) const {
+    for (const auto& [key, value] : s.items())
+      if (key != keyword && !kAnnotations.count(key))
+        refuse(pointer, fmt::format("'{}' beside '{}' is not supported", key, keyword));
+  }
+
+  uint32_t count(const ojson& s, const std::string& pointer, const char* keyword, uint32_t fallback) const {
+    const auto it = s.find(keyword);
+    if (it == s.end()) return fallback;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0)
+      refuse(pointer, fmt::format("'{}' must be a non-negative integer", keyword));
+    return uint32_t(std::min<int64_t>(it->get<int64_t>(), std::numeric_limits<uint32_t>::max()));
+  }
+
+  int32_t compile(const ojson& s, const std::string& pointer) {
+    if (const auto done = by_pointer_.find(pointer); done != by_pointer_.end()) return done->second;
+    if (s.is_boolean()) {
+      Node node;
+      if (s.get<bool>()) return any();
+      node.types = 0;
+      return add(node);
+    }
+    if (!s.is_object()) refuse(pointer, fmt::format("a schema must be an object or a boolean"));
+    for (const auto& [key, value] : s.items())
+      if (kUnsupported.count(key) && !(key == "uniqueItems" && value == false))
+        refuse(pointer, fmt::format("'{}' is not supported", key));
+    const int32_t index = add(Node{});
+    by_pointer_[pointer] = index;
+    Node node = build(s, pointer);
+    grammar_.nodes[size_t(index)] = std::move(node);
+    return index;
+  }
+
+  Node build(const ojson& s, const std::string& pointer) {
+    Node node;
+    if (const auto ref = s.find("$ref"); ref != s.end()) {
+      only_annotations_beside(s, pointer, "$ref");
+      if (!ref->is_string() || ref->get<std::string>().rfind('#', 0) != 0)
+        refuse(pointer, "'$ref' must point into the schema itself ('#...')");
+      const std::string target = ref->get<std::string>().substr(1);
+      const ojson* found = nullptr;
+      try {
+        const ojson::json_pointer at(target);
+        if (root_.contains(at)) found = &root_.at(at);
+      } catch (const nlohmann::json::exception&) {
+      }
+      if (found == nullptr) refuse(pointer, fmt::format("'$ref' '{}' points nowhere in the schema", ref->get<std::string>()));
+      node.any_of = {compile(*found, target)};  // (a one-way choice: the target may still be being compiled)
+      return node;
+    }
+    for (const char* keyword : {"anyOf", "oneOf", "allOf"}) {
+      const auto it = s.find(keyword);
+      if (it == s.end()) continue;
+      only_annotations_beside(s, pointer, keyword);
+      if (!it->is_array() || it->empty()) refuse(pointer, fmt::format("'{}' must be a non-empty array", keyword));
+      if (std::string_view(keyword) == "allOf" && it->size() > 1)
+        refuse(pointer, "'allOf' of more than one schema is not supported");
+      for (size_t i = 0; i < it->size(); ++i)
+        node.any_of.push_back(compile((*it)[i], fmt::format("{}/{}/{}", pointer, keyword, i)));
+      return node;
+    }
+
+    if (const auto type = s.find("type"); type != s.end()) {
+      node.types = 0;
+      const auto add_type = [&](const ojson& name) {
+        static const std::map<std::string, uint8_t, std::less<>> kTypes = {
+            {"null", Node::kNull},     {"boolean", Node::kBoolean}, {"integer", Node::kInteger},
+            {"number", Node::kNumber}, {"string", Node::kString},   {"array", Node::kArray},
+            {"object", Node::kObject}};
+        const auto it = name.is_string() ? kTypes.find(name.get<std::string>()) : kTypes.end();
+        if (it == kTypes.end()) refuse(pointer, fmt::format("'type' {} is not a JSON Schema type", name.dump()));
+        node.types |= it->second;
+      };
+      if (type->is_array()) for (const ojson& name : *type) add_type(name);
+      else add_type(*type);
+    }
+    if (s.value("nullable", false) == true) node.types |= Node::kNull;
+
+    const auto enumerated = s.find("enum");
+    const auto constant = s.find("const");
+    if (enumerated != s.end() || constant != s.end()) {
+      if (enumerated != s.end() && !enumerated->is_array()) refuse(pointer, "'enum' must be an array");
+      const ojson values = constant != s.end() ? ojson::array({*constant}) : *enumerated;
+      for (const ojson& value : values)
+        if (has_type(node.types, value)) node.literals.push_back(value.dump());
+      if (node.literals.empty()) node.types = 0;  // no value allowed
+      return node;
+    }
+
+    if (const auto properties = s.find("properties"); properties != s.end()) {
+      if (!properties->is_object()) refuse(pointer, "'properties' must be an object");
+      for (const auto& [name, sub] : properties->items()) {
+        const std::string quoted = ojson(name).dump();
+        node.properties.push_back({quoted.substr(1, quoted.size() - 2),
+                                   compile(sub, pointer + "/properties/" + pointer_token(name)), false});
+      }
+    }
+    if (const auto required = s.find("required"); required != s.end()) {
+      if (!required->is_array()) refuse(pointer, "'required' must be an array of property names");
+      for (const ojson& name : *required) {
+        const std::string quoted = name.is_string() ? ojson(name).dump() : "";
+        const std::string key = quoted.empty() ? "" : quoted.substr(1, quoted.size() - 2);
+        auto it = std::find_if(node.properties.begin(), node.properties.end(),
+                               [&](const Node::Property& p) { return p.key == key; });
+        if (!name.is_string() || it == node.properties.end())
+          refuse(pointer, fmt::format("required property {} is not among 'properties'", name.dump()));
+        it->required = true;
+      }
+    }
+    const auto additional = s.find("additionalProperties");
+    if (node.properties.empty() && (additional == s.end() || *additional != false)) {
+      node.other_properties = additional == s.end() || additional->is_boolean()
+                                  ? any()
+                                  : compile(*additional, pointer + "/additionalProperties");
+    }
+
+    if (const auto items = s.find("items"); items != s.end()) {
+      if (items->is_array()) refuse(pointer, "'items' as an array (a tuple) is not supported");
+      node.items = compile(*items, pointer + "/items");
+    } else {
+      node.items = any();
+    }
+    node.min_items = count(s, pointer, "minItems", 0);
+    node.max_items = count(s, pointer, "maxItems", node.max_items);
+    node.min_length = count(s, pointer, "minLength", 0);
+    node.max_length = count(s, pointer, "maxLength", node.max_length);
+    read_bounds(s, pointer, node);
+    return node;
+  }
+
+  void read_bounds(const ojson& s, const std::string& pointer, Node& node) const {
+    const auto bound = [&](const char* keyword) -> std::optional<double> {
+      const auto it = s.find(keyword);
+      if (it == s.end() || it->is_boolean()) return std::nullopt;
+      if (!it->is_number()) refuse(pointer, fmt::format("'{}' must be a number", keyword));
+      return it->get<double>();
+    };
+    // Draft 4 writes exclusive bounds as booleans beside minimum and maximum.
+    const bool draft4_low = s.value("exclusiveMinimum", ojson()) == true;
+    const bool draft4_high = s.value("exclusiveMaximum", ojson()) == true;
+    std::optional<double> low = bound("minimum"), high = bound("maximum");
+    std::optional<double> low_exclusive = bound("exclusiveMinimum"), high_exclusive = bound("exclusiveMaximum");
+    if (draft4_low) low_exclusive = low, low.reset();
+    if (draft4_high) high_exclusive = high, high.reset();
+    if (!low && !high && !low_exclusive && !high_exclusive) return;
+    if (!(node.types & (Node::kInteger | Node::kNumber))) return;  // (the bounds apply to numbers only)
+    const bool integers = !(node.types & Node::kNumber);
+    __int128 lo = -kLargest, hi = kLargest;
+    // Integers: whole bounds; other numbers: bounds in units of 10^-15, an exclusive one a unit inside.
+    if (low) lo = std::max(lo, integers ? scaled(std::ceil(*low), true) : scaled(*low, true));
+    if (high) hi = std::min(hi, integers ? scaled(std::floor(*high), false) : scaled(*high, false));
+    if (low_exclusive)
+      lo = std::max(lo, integers ? scaled(std::floor(*low_exclusive) + 1, true) : scaled(*low_exclusive, false) + 1);
+    if (high_exclusive)
+      hi = std::min(hi, integers ? scaled(std::ceil(*high_exclusive) - 1, false) : scaled(*high_exclusive, true) - 1);
+    node.bounded = true;
+    node.minimum = lo;
+    node.maximum = hi;
+  }
+
+  static bool has_type(uint8_t types, const ojson& value) {
+    switch (value.type()) {
+      case ojson::value_t::null: return types & Node::kNull;
+      case ojson::value_t::boolean: return types & Node::kBoolean;
+      case ojson::value_t::number_integer:
+      case ojson::value_t::number_unsigned: return types & (Node::kInteger | Node::kNumber);
+      case ojson::value_t::number_float:
+        return (types & Node::kNumber) || ((types & Node::kInteger) && value.get<double>() == std::floor(value.get<double>()));
+      case ojson::value_t::string: return types & Node::kString;
+      case ojson::value_t::array: return types & Node::kArray;
+      case ojson::value_t::object: return types & Node::kObject;
+      default: return false;
+    }
+  }
+
+  static std::string pointer_token(const std::string& name) {
+    std::string token;
+    for (char c : name) token += c == '~' ? "~0" : c == '/' ? "~1" : std::string(1, c);
+    return token;
+  }
+
+  // The types of a node that some value can have, given which nodes have values at all.
+  uint8_t possible_types(const Node& node, const std::vector<bool>& has_values) const {
+    uint8_t types = node.types;
+    if (node.min_length > node.max_length) types &= uint8_t(~Node::kString);
+    if (node.min_items > node.max_items || (node.min_items > 0 && !has_values[size_t(node.items)]))
+      types &= uint8_t(~Node::kArray);
+    for (const Node::Property& p : node.properties)
+      if (p.required && !has_values[size_t(p.node)]) types &= uint8_t(~Node::kObject);
+    if (node.bounded && node.minimum > node.maximum) types &= uint8_t(~(Node::kInteger | Node::kNumber));
+    return types;
+  }
+
+  // Every choice the output can take must lead to a value, or the mask would strand it: the nodes that
+  // have values (from the leaves up), then the choices that lead nowhere cut out.
+  void prune() {
+    std::vector<Node>& nodes = grammar_.nodes;
+    std::vector<bool> has_values(nodes.size(), false);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (has_values[i]) continue;
+        const Node& node = nodes[i];
+        const bool any = !node.any_of.empty()
+                             ? std::any_of(node.any_of.begin(), node.any_of.end(),
+                                           [&](int32_t a) { return bool(has_values[size_t(a)]); })
+                             : !node.literals.empty() || possible_types(node, has_values) != 0;
+        if (any) has_values[i] = changed = true;
+      }
+    }
+    if (!has_values[size_t(grammar_.root)]) refuse("", "the schema allows no value");
+    for (Node& node : nodes) {
+      std::erase_if(node.any_of, [&](int32_t a) { return !has_values[size_t(a)]; });
+      if (!node.any_of.empty() || !node.literals.empty()) continue;
+      node.types = possible_types(node, has_values);
+      std::erase_if(node.properties, [&](const Node::Property& p) { return !p.required && !has_values[size_t(p.node)]; });
+      if (node.other_properties >= 0 && !has_values[size_t(node.other_properties)]) node.other_properties = -1;
+      if (!has_values[size_t(node.items)]) node.max_items = 0;
+    }
+  }
+
+  const ojson& root_;
+  std::string param_;
+  JsonGrammar grammar_;
+  std::map<std::string, int32_t> by_pointer_;
+  int32_t any_ = -1;
+};
+
+}  // namespace
+
+std::shared_ptr<const JsonGrammar> compile_json_schema(const ojson& schema, const std::string& param) {
+  return SchemaCompiler(schema, param).run();
+}
+
+}  // namespace tandem::server
