@@ -1,7 +1,8 @@
 #pragma once
 // What output held to JSON may be: a JSON Schema compiled to plain nodes (server/json_schema.cpp
-// writes them from OpenAI's response_format json_schema; `any_object()` is json_object), which
-// JsonPrefix (json_output.h) reads output against a byte at a time.
+// writes them from OpenAI's response_format json_schema and from the tools' parameters;
+// `any_object()` is json_object), which JsonPrefix (json_output.h) reads output against a byte at
+// a time.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -37,9 +38,34 @@ struct JsonSchemaNode {
   __int128 minimum = 0, maximum = 0;
 };
 
+// Bytes no UTF-8 text has, standing in TokenBytes for the Gemma 4 control tokens of its tool-call
+// syntax, so the recognizer reads them as it reads text. (Byte tokens of 0xF8-0xFF read as 0xFF,
+// which nothing takes.)
+inline constexpr unsigned char kGemmaQuoteByte = 0xF8;      // <|"|>
+inline constexpr unsigned char kToolCallOpenByte = 0xF9;    // <|tool_call>
+inline constexpr unsigned char kToolCallCloseByte = 0xFA;   // <tool_call|>
+inline constexpr unsigned char kChannelOpenByte = 0xFB;     // <|channel>
+inline constexpr unsigned char kChannelCloseByte = 0xFC;    // <channel|>
+
+// Output held to tool calls (tool_choice "required" or a named function) in Gemma 4's syntax:
+// [<|channel>thought<channel|>] <|tool_call>call:NAME{ARGS}<tool_call|> ..., each ARGS a value of
+// its function's node written in Gemma's value syntax (keys bare, strings between <|"|> as they
+// are, no escapes), in place of JSON.
+struct ToolCallGrammar {
+  struct Function {
+    std::string name;
+    int32_t parameters = 0;  // an object node
+  };
+  std::vector<Function> functions;
+  uint32_t max_calls = 1;
+  enum class Thought : uint8_t { None, Optional, Open } thought = Thought::None;  // Open: the prompt opened it
+};
+
 struct JsonGrammar {
   std::vector<JsonSchemaNode> nodes;
   int32_t root = 0;
+  bool tool_calls_only = false;  // `tool_calls` replaces the root value
+  ToolCallGrammar tool_calls;
 
   // Any JSON object (OpenAI's json_object).
   static const JsonGrammar& any_object();

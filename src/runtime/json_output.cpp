@@ -72,8 +72,14 @@ JsonPrefix::JsonPrefix() : JsonPrefix(JsonGrammar::any_object()) {}
 JsonPrefix::JsonPrefix(const JsonGrammar& grammar) : grammar_(&grammar) {
   Frame root;
   root.node = grammar.root;
+  if (grammar.tool_calls_only) {
+    root.mode = Mode::Calls;
+    root.thought_passed = grammar.tool_calls.thought != ToolCallGrammar::Thought::Optional;
+  }
   frames_.push_back(root);
-  ends_.push_back(1);
+  if (grammar.tool_calls_only && grammar.tool_calls.thought == ToolCallGrammar::Thought::Open)
+    frames_.push_back(Frame{.mode = Mode::Thought});
+  ends_.push_back(frames_.size());
 }
 
 void JsonPrefix::assign(const JsonPrefix& other) {
@@ -133,8 +139,9 @@ void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
     Frame& f = stack.back();
     const JsonSchemaNode& node = grammar_->nodes[size_t(f.node)];
     const size_t depth = stack.size() - begin;
-    const bool structural = f.mode != Mode::String && f.mode != Mode::Escape && f.mode != Mode::Unicode &&
-                            f.mode != Mode::Number && f.mode != Mode::Literal && f.mode != Mode::Key;
+    const bool structural = f.mode == Mode::Value || f.mode == Mode::ObjectFirst || f.mode == Mode::ObjectKey ||
+                            f.mode == Mode::Colon || f.mode == Mode::AfterMember || f.mode == Mode::ArrayFirst ||
+                            f.mode == Mode::AfterItem;
     if (structural) {
       if (is_space(c)) {
         if (depth == 1 && f.mode == Mode::Value) return fail();  // nothing before the value
@@ -153,7 +160,8 @@ void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
           end_value(begin);
           return ok();
         }
-        if (c != '"') return fail();
+        const bool gemma = grammar_->tool_calls_only;  // (keys bare: c is the key's first byte)
+        if (!gemma && c != '"') return fail();
         Frame key;
         key.node = f.node;
         if (!node.properties.empty()) {
@@ -170,6 +178,7 @@ void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
           key.key = true;
         }
         stack.push_back(key);
+        if (gemma) continue;
         return ok();
       }
       case Mode::Key: {
@@ -178,10 +187,9 @@ void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
         for (uint64_t bits = f.candidates; bits != 0; bits &= bits - 1) {
           const size_t j = size_t(f.which) + size_t(std::countr_zero(bits));
           const std::string& key = properties[j].key;
-          if (c == '"' && key.size() == f.count) {
+          if (c == (grammar_->tool_calls_only ? ':' : '"') && key.size() == f.count) {
             stack.pop_back();
-            stack.back().mode = Mode::Colon;
-            stack.back().which = int32_t(j);
+            key_ended(int32_t(j));
             return ok();
           }
           if (f.count < key.size() && static_cast<unsigned char>(key[f.count]) == c) matching |= bits & -bits;
@@ -235,8 +243,7 @@ void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
         if (!string(f, c, ended)) return fail();
         if (ended && f.key) {
           stack.pop_back();
-          stack.back().mode = Mode::Colon;
-          stack.back().which = -1;
+          key_ended(-1);
         } else if (ended) {
           end_value(begin);
         }
@@ -255,8 +262,63 @@ void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
         if (++f.count == text.size()) end_value(begin);
         return ok();
       }
+      case Mode::Calls: {
+        const ToolCallGrammar& calls = grammar_->tool_calls;
+        if (c == kChannelOpenByte && !f.thought_passed && f.count == 0) {
+          f.thought_passed = true;
+          stack.push_back(Frame{.mode = Mode::Thought});
+          return ok();
+        }
+        if (c != kToolCallOpenByte || f.count >= calls.max_calls) return fail();
+        f.thought_passed = true;
+        Frame name{.mode = Mode::CallName};
+        for (size_t j = 0; j < calls.functions.size() && j < 64; ++j) name.candidates |= uint64_t(1) << j;
+        stack.push_back(name);
+        return ok();
+      }
+      case Mode::Thought:  // any text, to the channel's end or the first call
+        if (c == kToolCallOpenByte) {
+          stack.pop_back();
+          continue;
+        }
+        if (c == kChannelCloseByte) stack.pop_back();
+        return c < kGemmaQuoteByte || c == kChannelCloseByte ? ok() : fail();
+      case Mode::CallName: {
+        static constexpr std::string_view kCall = "call:";
+        if (f.count < kCall.size()) {
+          if (c != static_cast<unsigned char>(kCall[f.count])) return fail();
+          ++f.count;
+          return ok();
+        }
+        const auto& functions = grammar_->tool_calls.functions;
+        const size_t at = f.count - kCall.size();
+        uint64_t matching = 0;
+        for (uint64_t bits = f.candidates; bits != 0; bits &= bits - 1) {
+          const size_t j = size_t(std::countr_zero(bits));
+          const std::string& name = functions[j].name;
+          if (c == '{' && name.size() == at) {  // the arguments begin
+            stack.pop_back();
+            stack.back().mode = Mode::CallArguments;
+            stack.back().which = int32_t(j);
+            stack.push_back(Frame{.node = functions[j].parameters});
+            break;
+          }
+          if (at < name.size() && static_cast<unsigned char>(name[at]) == c) matching |= bits & -bits;
+        }
+        if (stack.back().mode == Mode::Value) continue;  // c opens the arguments
+        if (matching == 0) return fail();
+        f.candidates = matching;
+        ++f.count;
+        return ok();
+      }
+      case Mode::AfterCall:
+        if (c != kToolCallCloseByte) return fail();
+        f.mode = Mode::Calls;
+        ++f.count;
+        return ok();
       case Mode::Member:
-      case Mode::Item: return fail();  // (below the value being read: never fed)
+      case Mode::Item:
+      case Mode::CallArguments: return fail();  // (below the value being read: never fed)
     }
     return fail();
   }
@@ -295,8 +357,27 @@ void JsonPrefix::fork(size_t begin, unsigned char c, int level) {
   }
 }
 
+// An object's key ended (`property` -1: an undeclared one); in Gemma's syntax with its ':'.
+void JsonPrefix::key_ended(int32_t property) {
+  Frame& object = next_frames_.back();
+  object.which = property;
+  if (!grammar_->tool_calls_only) {
+    object.mode = Mode::Colon;
+    return;
+  }
+  const JsonSchemaNode& node = grammar_->nodes[size_t(object.node)];
+  object.mode = Mode::Member;
+  next_frames_.push_back(Frame{.node = property >= 0 ? node.properties[size_t(property)].node : node.other_properties});
+}
+
 bool JsonPrefix::begin_value(Frame& f, unsigned char c, size_t depth) const {
   const uint8_t types = grammar_->nodes[size_t(f.node)].types;
+  if (c == (grammar_->tool_calls_only ? kGemmaQuoteByte : '"')) {
+    if (!(types & JsonSchemaNode::kString)) return false;
+    f.mode = Mode::String;
+    f.count = 0;
+    return true;
+  }
   switch (c) {
     case '{':
       if (!(types & JsonSchemaNode::kObject) || depth > size_t(kMaxDepth)) return false;
@@ -306,11 +387,6 @@ bool JsonPrefix::begin_value(Frame& f, unsigned char c, size_t depth) const {
     case '[':
       if (!(types & JsonSchemaNode::kArray) || depth > size_t(kMaxDepth)) return false;
       f.mode = Mode::ArrayFirst;
-      f.count = 0;
-      return true;
-    case '"':
-      if (!(types & JsonSchemaNode::kString)) return false;
-      f.mode = Mode::String;
       f.count = 0;
       return true;
     case 't':
@@ -336,7 +412,9 @@ void JsonPrefix::end_value(size_t begin) {
   next_frames_.pop_back();
   if (next_frames_.size() == begin) return;  // the whole value
   Frame& around = next_frames_.back();
-  if (around.mode == Mode::Member) {
+  if (around.mode == Mode::CallArguments) {
+    around.mode = Mode::AfterCall;
+  } else if (around.mode == Mode::Member) {
     if (around.which >= 0) around.count = uint32_t(around.which) + 1;
     around.mode = Mode::AfterMember;
   } else {
@@ -456,6 +534,19 @@ bool JsonPrefix::string(Frame& f, unsigned char c, bool& ended) const {
   const JsonSchemaNode& node = grammar_->nodes[size_t(f.node)];
   const uint32_t min_length = f.key ? 0 : node.min_length;
   const uint32_t max_length = f.key ? std::numeric_limits<uint32_t>::max() : node.max_length;
+  if (grammar_->tool_calls_only && f.utf8_left == 0) {
+    // Gemma's syntax: no escapes; a value runs to its <|"|>, a bare key to its ':'.
+    if (f.key && c == ':') return ended = true, f.count > 0;
+    if (f.key && (is_space(c) || c == ',' || c == '{' || c == '}' || c == '[' || c == ']')) return false;
+    if (!f.key && c == kGemmaQuoteByte) return ended = true, f.count >= min_length;
+    if (++f.count > max_length) return false;
+    if (c < 0x80) return true;
+    const Utf8Lead lead = utf8_lead(c);
+    if (lead.continuation == 0) return false;
+    f.utf8_left = uint8_t(lead.continuation);
+    f.utf8_min = lead.first_min, f.utf8_max = lead.first_max;
+    return true;
+  }
   switch (f.mode) {
     case Mode::String: {
       if (f.need_low && c != '\\') return false;
@@ -510,6 +601,7 @@ bool JsonPrefix::complete() const {
   for (size_t end : ends_) {
     if (end == from) return true;
     if (end - from == 1 && frames_[from].mode == Mode::Number && number_complete(frames_[from])) return true;
+    if (end - from == 1 && frames_[from].mode == Mode::Calls && frames_[from].count > 0) return true;
     from = end;
   }
   return false;
@@ -518,40 +610,44 @@ bool JsonPrefix::complete() const {
 int64_t JsonPrefix::string_content_room() const {
   if (ends_.size() != 1 || frames_.empty()) return -1;
   const Frame& f = frames_.back();
+  if (f.mode == Mode::Thought) return std::numeric_limits<int64_t>::max();
   if (f.mode != Mode::String || f.utf8_left != 0 || f.need_low) return -1;
-  if (f.key) return std::numeric_limits<int64_t>::max();
+  if (f.key) return grammar_->tool_calls_only ? -1 : std::numeric_limits<int64_t>::max();
   return int64_t(grammar_->nodes[size_t(f.node)].max_length) - int64_t(f.count);
 }
 
 TokenBytes::TokenBytes(std::vector<std::string> token_bytes) : bytes(std::move(token_bytes)) {
   string_content.resize(bytes.size());
+  text_content.resize(bytes.size());
   characters.resize(bytes.size());
   for (size_t id = 0; id < bytes.size(); ++id) {
     const std::string& b = bytes[id];
-    bool plain = !b.empty();
+    bool text = !b.empty(), plain = text;  // whole UTF-8 characters; and none that a JSON string escapes
     int continuation = 0;  // bytes the current character still needs
     unsigned char next_min = 0x80, next_max = 0xBF;
     size_t count = 0;
-    for (size_t i = 0; i < b.size() && plain; ++i) {
+    for (size_t i = 0; i < b.size() && text; ++i) {
       const auto c = static_cast<unsigned char>(b[i]);
       if (continuation > 0) {
-        plain = c >= next_min && c <= next_max;
+        text = c >= next_min && c <= next_max;
         next_min = 0x80, next_max = 0xBF;
         --continuation;
         continue;
       }
       ++count;
       if (c < 0x80) {
-        plain = c >= 0x20 && c != '"' && c != '\\';
+        plain = plain && c >= 0x20 && c != '"' && c != '\\';
       } else {
         const Utf8Lead lead = utf8_lead(c);
-        plain = lead.continuation > 0;
+        text = lead.continuation > 0;
         continuation = lead.continuation;
         next_min = lead.first_min, next_max = lead.first_max;
       }
     }
-    string_content[id] = plain && continuation == 0 && count <= std::numeric_limits<uint16_t>::max();
-    characters[id] = string_content[id] ? uint16_t(count) : 0;
+    text = text && continuation == 0 && count <= std::numeric_limits<uint16_t>::max();
+    text_content[id] = text;
+    string_content[id] = text && plain;
+    characters[id] = text ? uint16_t(count) : 0;
   }
 }
 
@@ -576,12 +672,13 @@ void JsonOutputConstraint::mask(std::span<float> logits) const {
   }
   const std::vector<std::string>& bytes = vocabulary_->bytes;
   const int64_t string_room = state_.string_content_room();
+  const std::vector<uint8_t>& content = state_.gemma_syntax() ? vocabulary_->text_content : vocabulary_->string_content;
   const bool complete = state_.complete();
   bool any = false;
   for (size_t id = 0; id < logits.size(); ++id) {
     if (logits[id] == -INFINITY) continue;
     bool allowed = false;
-    if (id < bytes.size() && vocabulary_->string_content[id] && vocabulary_->characters[id] <= string_room) {
+    if (id < bytes.size() && content[id] && vocabulary_->characters[id] <= string_room) {
       allowed = true;
     } else if (id < bytes.size() && !bytes[id].empty()) {
       const std::string& b = bytes[id];

@@ -22,7 +22,10 @@ struct TokenBytes {
   // 1 where the token is whole UTF-8 characters that a JSON string holds as they are (no quote,
   // backslash or control byte): most of a vocabulary, settled inside a string without reading it.
   std::vector<uint8_t> string_content;
-  std::vector<uint16_t> characters;  // of each string_content token
+  // 1 where the token is whole UTF-8 characters (any, control bytes included): what a string in
+  // Gemma's tool syntax or a thought holds as it is.
+  std::vector<uint8_t> text_content;
+  std::vector<uint16_t> characters;  // of each text_content token
 };
 
 // Reads JSON held to a grammar a byte at a time, and says whether the bytes so far begin a value it
@@ -39,14 +42,19 @@ class JsonPrefix {
   bool feed(unsigned char c);  // false: no value begins with the bytes so far and c (the state is then spent)
   bool complete() const;
   // Inside a string, between characters: how many more characters it takes (any TokenBytes::
-  // string_content token that short can come next); -1 elsewhere.
+  // string_content token that short can come next, or text_content one in Gemma's syntax); -1
+  // elsewhere.
   int64_t string_content_room() const;
+  bool gemma_syntax() const { return grammar_->tool_calls_only; }
   // This state, keeping this one's buffers (no allocation once they are large enough).
   void assign(const JsonPrefix& other);
 
  private:
   enum class Mode : uint8_t { Value, ObjectFirst, ObjectKey, Key, Colon, Member, AfterMember, ArrayFirst, Item,
-                              AfterItem, String, Escape, Unicode, Number, Literal };
+                              AfterItem, String, Escape, Unicode, Number, Literal,
+                              // Tool calls (ToolCallGrammar): between calls, in a thought, in "call:NAME",
+                              // below a call's arguments, and after them.
+                              Calls, Thought, CallName, CallArguments, AfterCall };
   struct Frame {
     int32_t node = 0;
     Mode mode = Mode::Value;
@@ -60,12 +68,14 @@ class JsonPrefix {
     bool high = false;       // Unicode: the escape is a high surrogate
     bool need_low = false;   // String: a high surrogate's escape came last, so its low one must follow
     bool negative = false;   // Number
-    // Object: the property whose value comes next (-1: undeclared); Key: the first candidate;
-    // Literal: the text (kTrue, kFalse, kNull or a node literal).
+    bool thought_passed = false;  // Calls: a thought came (or cannot come any more)
+    // Object: the property whose value comes next (-1: undeclared); Key, CallName: the first
+    // candidate; Literal: the text (kTrue, kFalse, kNull or a node literal); Calls: the function.
     int32_t which = 0;
-    // Object: declared properties passed; Array: items; String: characters; Key, Literal: bytes matched.
+    // Object: declared properties passed; Array: items; String: characters; Key, Literal, CallName:
+    // bytes matched; Calls: calls made.
     uint32_t count = 0;
-    uint64_t candidates = 0;  // Key: bit b, property which + b still matches
+    uint64_t candidates = 0;  // Key, CallName: bit b, property (function) which + b still matches
     uint64_t magnitude = 0;   // Number with bounds: its integer part so far
     uint64_t fraction = 0;    // Number with bounds: its fraction digits so far, as an integer
     uint8_t fraction_digits = 0;
@@ -76,6 +86,7 @@ class JsonPrefix {
   void fork(size_t begin, unsigned char c, int level);
   bool begin_value(Frame& f, unsigned char c, size_t depth) const;
   void end_value(size_t begin);  // the top frame's value ended
+  void key_ended(int32_t property);
   bool number(Frame& f, unsigned char c, bool& ended) const;
   bool string(Frame& f, unsigned char c, bool& ended) const;
   void drop_repeated_ways();

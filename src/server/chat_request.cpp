@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
+#include "server/json_schema.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/output_parser.h"
 
@@ -47,6 +48,15 @@ bool tools_enabled(const json& body, const json* tools) {
         found = true;
   if (!found) throw invalid_request("tool_choice", fmt::format("tool_choice names '{}', which is not in 'tools'", *name));
   return true;
+}
+
+// tool_choice "required" ("") or a named function (its name): the calls the answer must make;
+// nothing for "auto" and "none" (render_chat_prompt checked the value).
+std::optional<std::string> forced_tool(const json& body) {
+  const json* choice = optional_field(body, "tool_choice");
+  if (!choice) return std::nullopt;
+  if (choice->is_string()) return *choice == "required" ? std::optional<std::string>("") : std::nullopt;
+  return (*choice)["function"]["name"].get<std::string>();
 }
 
 // render_chat's messages start with the field path ("messages[2]: unknown role ..."); that path is
@@ -171,6 +181,23 @@ ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults,
   r.params.sampling.logprobs = r.logprobs;
   r.prompt = render_chat_prompt(body, &r.thinking, &r.tools_offered);
   r.starts_in_reasoning = prompt_opens_reasoning(r.prompt);
+  const std::optional<std::string> forced = forced_tool(body);
+  // tool_choice "required" or a named function: the answer is held to calls of the tools.
+  if (forced && r.tools_offered) {
+    if (r.params.ignore_eos)
+      throw invalid_request("ignore_eos", "'ignore_eos' cannot be used with tool_choice 'required' or a named "
+                                          "function: the answer ends after its calls");
+    if (!r.params.json_format.empty())
+      throw invalid_request("response_format", fmt::format("'{}' output cannot be combined with tool_choice "
+                                                           "'required' or a named function: the answer is tool calls",
+                                                           r.params.json_format));
+    const auto thought = r.starts_in_reasoning ? ToolCallGrammar::Thought::Open
+                         : r.thinking          ? ToolCallGrammar::Thought::Optional
+                                               : ToolCallGrammar::Thought::None;
+    r.params.json_grammar = compile_tool_calls(body["tools"], forced->empty() ? nullptr : &*forced, thought);
+    r.params.json_format = "tool_choice";
+    return r;
+  }
   // A JSON answer has no tool-call markers: the model could not call the tools it is offered.
   if (!r.params.json_format.empty() && r.tools_offered)
     throw invalid_request("response_format", fmt::format("'{}' output cannot call tools: leave out 'tools' (or set "

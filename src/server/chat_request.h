@@ -1,8 +1,8 @@
 #pragma once
 // POST /v1/chat/completions request -> the prompt text (Gemma 4's chat template) and the generation
 // parameters. Tools: `tools` are rendered into the system turn unless tool_choice is "none";
-// "auto", "required" and a named function are accepted, but nothing forces the model to call a tool
-// (there is no constrained decoding), so "required" and a named choice work as "auto".
+// "required" and a named function also hold the answer to calls (server/json_schema's
+// compile_tool_calls), "auto" leaves the choice to the model.
 #include <nlohmann/json.hpp>
 
 #include <string>

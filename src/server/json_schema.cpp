@@ -8,6 +8,8 @@
 #include <string>
 
 #include "server/api_error.h"
+#include "tokenizer/jinja_compat.h"
+#include "tokenizer/tool_syntax.h"
 
 namespace tandem::server {
 
@@ -45,21 +47,65 @@ __int128 scaled(double x, bool up) {
   return __int128(whole) * kScale + __int128(rounded);
 }
 
+// The types of a node that some value can have, given which nodes have values at all.
+uint8_t possible_types(const Node& node, const std::vector<bool>& has_values) {
+  uint8_t types = node.types;
+  if (node.min_length > node.max_length) types &= uint8_t(~Node::kString);
+  if (node.min_items > node.max_items || (node.min_items > 0 && !has_values[size_t(node.items)]))
+    types &= uint8_t(~Node::kArray);
+  for (const Node::Property& p : node.properties)
+    if (p.required && !has_values[size_t(p.node)]) types &= uint8_t(~Node::kObject);
+  if (node.bounded && node.minimum > node.maximum) types &= uint8_t(~(Node::kInteger | Node::kNumber));
+  return types;
+}
+
+// Every choice the output can take must lead to a value, or the mask would strand it: the nodes that
+// have values (from the leaves up), then the choices that lead nowhere cut out. Returns which nodes
+// have values.
+std::vector<bool> prune(JsonGrammar& grammar) {
+  std::vector<Node>& nodes = grammar.nodes;
+  std::vector<bool> has_values(nodes.size(), false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (has_values[i]) continue;
+      const Node& node = nodes[i];
+      const bool any = !node.any_of.empty()
+                           ? std::any_of(node.any_of.begin(), node.any_of.end(),
+                                         [&](int32_t a) { return bool(has_values[size_t(a)]); })
+                           : !node.literals.empty() || possible_types(node, has_values) != 0;
+      if (any) has_values[i] = changed = true;
+    }
+  }
+  for (Node& node : nodes) {
+    std::erase_if(node.any_of, [&](int32_t a) { return !has_values[size_t(a)]; });
+    if (!node.any_of.empty() || !node.literals.empty()) continue;
+    node.types = possible_types(node, has_values);
+    std::erase_if(node.properties, [&](const Node::Property& p) { return !p.required && !has_values[size_t(p.node)]; });
+    if (node.other_properties >= 0 && !has_values[size_t(node.other_properties)]) node.other_properties = -1;
+    if (!has_values[size_t(node.items)]) node.max_items = 0;
+  }
+  return has_values;
+}
+
+
+// Nodes of one schema added to `grammar`. In Gemma's tool syntax (`tool_arguments`) keys are bare,
+// in the order the chat template writes them (dictsort), literals are written as Gemma writes them,
+// and the assertions structured output refuses are not held (see the header).
 class SchemaCompiler {
  public:
-  SchemaCompiler(const ojson& root, std::string param) : root_(root), param_(std::move(param)) {}
+  SchemaCompiler(JsonGrammar& grammar, const ojson& root, std::string param, bool tool_arguments)
+      : grammar_(grammar), root_(root), param_(std::move(param)), tool_arguments_(tool_arguments) {}
 
-  std::shared_ptr<const JsonGrammar> run() {
-    grammar_.root = compile(root_, "");
-    prune();
-    return std::make_shared<const JsonGrammar>(std::move(grammar_));
+  int32_t run() { return compile(root_, ""); }
+
+  [[noreturn]] void refuse(const std::string& pointer, const std::string& message) const {
+    const std::string where = param_ + (pointer.empty() ? "" : "#" + pointer);
+    if (tool_arguments_) throw invalid_request("tools", fmt::format("{}: {}", where, message));
+    throw invalid_request("response_format", fmt::format("{}: {}", where, message));
   }
 
  private:
-  [[noreturn]] void refuse(const std::string& pointer, const std::string& message) const {
-    throw invalid_request("response_format", fmt::format("{}{}: {}", param_, pointer.empty() ? "" : "#" + pointer, message));
-  }
-
   int32_t add(Node node) {
     grammar_.nodes.push_back(std::move(node));
     return int32_t(grammar_.nodes.size() - 1);
@@ -77,7 +123,7 @@ class SchemaCompiler {
   // Only annotations may stand beside `keyword` (a $ref, an allOf, an anyOf).
   void only_annotations_beside(const ojson& s, const std::string& pointer, const char* keyword) const {
     for (const auto& [key, value] : s.items())
-      if (key != keyword && !kAnnotations.count(key))
+      if (key != keyword && !kAnnotations.count(key) && !(tool_arguments_ && kUnsupported.count(key)))
         refuse(pointer, fmt::format("'{}' beside '{}' is not supported", key, keyword));
   }
 
@@ -99,7 +145,7 @@ class SchemaCompiler {
     }
     if (!s.is_object()) refuse(pointer, fmt::format("a schema must be an object or a boolean"));
     for (const auto& [key, value] : s.items())
-      if (kUnsupported.count(key) && !(key == "uniqueItems" && value == false))
+      if (kUnsupported.count(key) && !(key == "uniqueItems" && value == false) && !tool_arguments_)
         refuse(pointer, fmt::format("'{}' is not supported", key));
     const int32_t index = add(Node{});
     by_pointer_[pointer] = index;
@@ -159,29 +205,25 @@ class SchemaCompiler {
       if (enumerated != s.end() && !enumerated->is_array()) refuse(pointer, "'enum' must be an array");
       const ojson values = constant != s.end() ? ojson::array({*constant}) : *enumerated;
       for (const ojson& value : values)
-        if (has_type(node.types, value)) node.literals.push_back(value.dump());
+        if (has_type(node.types, value)) node.literals.push_back(literal(value));
       if (node.literals.empty()) node.types = 0;  // no value allowed
       return node;
     }
 
     if (const auto properties = s.find("properties"); properties != s.end()) {
       if (!properties->is_object()) refuse(pointer, "'properties' must be an object");
-      for (const auto& [name, sub] : properties->items()) {
-        const std::string quoted = ojson(name).dump();
-        node.properties.push_back({quoted.substr(1, quoted.size() - 2),
-                                   compile(sub, pointer + "/properties/" + pointer_token(name)), false});
-      }
+      for (const std::string& name : property_order(*properties))
+        node.properties.push_back(
+            {key_text(name), compile((*properties)[name], pointer + "/properties/" + pointer_token(name)), false});
     }
     if (const auto required = s.find("required"); required != s.end()) {
       if (!required->is_array()) refuse(pointer, "'required' must be an array of property names");
       for (const ojson& name : *required) {
-        const std::string quoted = name.is_string() ? ojson(name).dump() : "";
-        const std::string key = quoted.empty() ? "" : quoted.substr(1, quoted.size() - 2);
+        const std::string key = name.is_string() ? key_text(name.get<std::string>()) : "";
         auto it = std::find_if(node.properties.begin(), node.properties.end(),
                                [&](const Node::Property& p) { return p.key == key; });
-        if (!name.is_string() || it == node.properties.end())
-          refuse(pointer, fmt::format("required property {} is not among 'properties'", name.dump()));
-        it->required = true;
+        if (name.is_string() && it != node.properties.end()) it->required = true;
+        else if (!tool_arguments_) refuse(pointer, fmt::format("required property {} is not among 'properties'", name.dump()));
       }
     }
     const auto additional = s.find("additionalProperties");
@@ -256,49 +298,40 @@ class SchemaCompiler {
     return token;
   }
 
-  // The types of a node that some value can have, given which nodes have values at all.
-  uint8_t possible_types(const Node& node, const std::vector<bool>& has_values) const {
-    uint8_t types = node.types;
-    if (node.min_length > node.max_length) types &= uint8_t(~Node::kString);
-    if (node.min_items > node.max_items || (node.min_items > 0 && !has_values[size_t(node.items)]))
-      types &= uint8_t(~Node::kArray);
-    for (const Node::Property& p : node.properties)
-      if (p.required && !has_values[size_t(p.node)]) types &= uint8_t(~Node::kObject);
-    if (node.bounded && node.minimum > node.maximum) types &= uint8_t(~(Node::kInteger | Node::kNumber));
-    return types;
+  // A property's key as the output writes it: JSON-escaped between quotes, or in Gemma's syntax bare
+  // (between <|"|> where a bare key could not hold it).
+  std::string key_text(const std::string& name) const {
+    if (!tool_arguments_) {
+      const std::string quoted = ojson(name).dump();
+      return quoted.substr(1, quoted.size() - 2);
+    }
+    if (!name.empty() && name.find_first_of(" \t\n\r,:{}[]") == std::string::npos) return name;
+    return std::string(1, char(kGemmaQuoteByte)) + name + std::string(1, char(kGemmaQuoteByte));
   }
 
-  // Every choice the output can take must lead to a value, or the mask would strand it: the nodes that
-  // have values (from the leaves up), then the choices that lead nowhere cut out.
-  void prune() {
-    std::vector<Node>& nodes = grammar_.nodes;
-    std::vector<bool> has_values(nodes.size(), false);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t i = 0; i < nodes.size(); ++i) {
-        if (has_values[i]) continue;
-        const Node& node = nodes[i];
-        const bool any = !node.any_of.empty()
-                             ? std::any_of(node.any_of.begin(), node.any_of.end(),
-                                           [&](int32_t a) { return bool(has_values[size_t(a)]); })
-                             : !node.literals.empty() || possible_types(node, has_values) != 0;
-        if (any) has_values[i] = changed = true;
-      }
+  std::vector<std::string> property_order(const ojson& properties) const {
+    std::vector<std::string> names;
+    if (!tool_arguments_) {
+      for (const auto& [name, sub] : properties.items()) names.push_back(name);
+      return names;
     }
-    if (!has_values[size_t(grammar_.root)]) refuse("", "the schema allows no value");
-    for (Node& node : nodes) {
-      std::erase_if(node.any_of, [&](int32_t a) { return !has_values[size_t(a)]; });
-      if (!node.any_of.empty() || !node.literals.empty()) continue;
-      node.types = possible_types(node, has_values);
-      std::erase_if(node.properties, [&](const Node::Property& p) { return !p.required && !has_values[size_t(p.node)]; });
-      if (node.other_properties >= 0 && !has_values[size_t(node.other_properties)]) node.other_properties = -1;
-      if (!has_values[size_t(node.items)]) node.max_items = 0;
-    }
+    const nlohmann::json plain = nlohmann::json::parse(properties.dump());
+    for (const auto& [name, value] : jinja::dictsort(plain)) names.push_back(*name);
+    return names;
   }
 
+  std::string literal(const ojson& value) const {
+    if (!tool_arguments_) return value.dump();
+    std::string text = format_gemma_value(nlohmann::json::parse(value.dump()), false);
+    for (size_t at = 0; (at = text.find(kGemmaQuote, at)) != std::string::npos;)
+      text.replace(at, kGemmaQuote.size(), std::string(1, char(kGemmaQuoteByte)));
+    return text;
+  }
+
+  JsonGrammar& grammar_;
   const ojson& root_;
   std::string param_;
-  JsonGrammar grammar_;
+  bool tool_arguments_;
   std::map<std::string, int32_t> by_pointer_;
   int32_t any_ = -1;
 };
@@ -306,7 +339,47 @@ class SchemaCompiler {
 }  // namespace
 
 std::shared_ptr<const JsonGrammar> compile_json_schema(const ojson& schema, const std::string& param) {
-  return SchemaCompiler(schema, param).run();
+  JsonGrammar grammar;
+  SchemaCompiler compiler(grammar, schema, param, false);
+  grammar.root = compiler.run();
+  const std::vector<bool> has_values = prune(grammar);
+  if (!has_values[size_t(grammar.root)]) compiler.refuse("", "the schema allows no value");
+  return std::make_shared<const JsonGrammar>(std::move(grammar));
+}
+
+std::shared_ptr<const JsonGrammar> compile_tool_calls(const nlohmann::json& tools, const std::string* only,
+                                                      ToolCallGrammar::Thought thought) {
+  JsonGrammar grammar;
+  grammar.tool_calls_only = true;
+  grammar.tool_calls.thought = thought;
+  grammar.tool_calls.max_calls = only ? 1 : std::numeric_limits<uint32_t>::max();
+  std::vector<SchemaCompiler> compilers;
+  std::vector<ojson> schemas;
+  schemas.reserve(tools.size());
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const nlohmann::json& tool = tools[i];
+    const nlohmann::json* function = tool.is_object() && tool.contains("function") ? &tool["function"] : nullptr;
+    if (!function || !function->is_object() || !function->contains("name") || !(*function)["name"].is_string())
+      continue;  // (the chat template refused these already)
+    const std::string name = (*function)["name"];
+    if (only && name != *only) continue;
+    const auto parameters = function->find("parameters");
+    schemas.push_back(parameters == function->end() || parameters->is_null()
+                          ? ojson{{"type", "object"}, {"additionalProperties", false}}
+                          : ojson::parse(parameters->dump()));
+    SchemaCompiler compiler(grammar, schemas.back(), fmt::format("tools[{}].function.parameters", i), true);
+    grammar.tool_calls.functions.push_back({name, compiler.run()});
+    compilers.push_back(std::move(compiler));
+  }
+  if (grammar.tool_calls.functions.empty()) throw invalid_request("tools", "'tools' has no function to call");
+  const std::vector<bool> has_values = prune(grammar);
+  for (size_t f = 0; f < grammar.tool_calls.functions.size(); ++f) {
+    const JsonSchemaNode& parameters = grammar.nodes[size_t(grammar.tool_calls.functions[f].parameters)];
+    const bool object = !parameters.any_of.empty() || !parameters.literals.empty() || (parameters.types & JsonSchemaNode::kObject);
+    if (!has_values[size_t(grammar.tool_calls.functions[f].parameters)] || !object)
+      compilers[f].refuse("", "the parameters allow no arguments object");
+  }
+  return std::make_shared<const JsonGrammar>(std::move(grammar));
 }
 
 }  // namespace tandem::server

@@ -1,5 +1,7 @@
 #include "server/output_assembler.h"
 
+#include "tokenizer/tool_syntax.h"
+
 namespace tandem::server {
 
 namespace {
@@ -23,10 +25,13 @@ OutputAssembler::OutputAssembler(const Tokenizer& tokenizer, OutputMode mode, st
       parser_(OutputParserOptions{.starts_in_reasoning = starts_in_reasoning, .parse_tool_calls = parse_tool_calls}) {}
 
 // Chat keeps the special tokens the parser acts on; when the client skips special tokens, the others
-// (<bos>, <pad>, <|think|>, ...) must not reach the content as text.
+// (<bos>, <pad>, <|think|>, ...) must not reach the content as text. Where tool calls are parsed,
+// that includes their string delimiter <|"|>: without it a string argument holding a comma, a
+// bracket or a colon would no longer parse.
 bool OutputAssembler::skipped(int32_t token) const {
-  return mode_ == OutputMode::Chat && skip_special_tokens_ && tokenizer_.is_special(token) &&
-         !is_output_marker(tokenizer_.id_to_token(token), parse_tool_calls_);
+  if (mode_ != OutputMode::Chat || !skip_special_tokens_ || !tokenizer_.is_special(token)) return false;
+  const std::string_view text = tokenizer_.id_to_token(token);
+  return !is_output_marker(text, parse_tool_calls_) && !(parse_tool_calls_ && text == kGemmaQuote);
 }
 
 ParsedOutput OutputAssembler::route(const std::string& text) {

@@ -124,8 +124,38 @@ const checks = {
       ...greedy, max_tokens: 8, messages: [{ role: "user", content: "Hi" }],
       response_format: { type: "json_schema", json_schema: { name: "code", schema: { type: "string", pattern: "^[A-Z]{3}$" } } },
     }));
+    // tool_choice "required" and a named function: the reply is calls, each call's arguments valid for
+    // its function's parameters.
+    const tools = [
+      { type: "function", function: { name: "get_weather", parameters: {
+        type: "object", required: ["city", "unit"], properties: {
+          city: { type: "string", maxLength: 8 }, unit: { enum: ["celsius", "fahrenheit"] },
+          days: { type: "integer", minimum: 1, maximum: 7 } } } } },
+      { type: "function", function: { name: "lookup", parameters: {
+        type: "object", required: ["ids"], properties: {
+          ids: { type: "array", maxItems: 3, items: { type: "integer", minimum: 0, maximum: 99 } },
+          exact: { type: "boolean" } } } } },
+    ];
+    const forced = [];
+    for (const tool_choice of ["required", { type: "function", function: { name: "lookup" } }]) {
+      for (let seed = 0; seed < 3; ++seed) {
+        const request = { model, temperature: 1, seed, max_tokens: 400, tools, tool_choice,
+                          messages: [{ role: "user", content: "What is the weather in Oslo?" }] };
+        const reply = await client.chat.completions.create(request);
+        const streamed = chat_from_chunks(await collect(await client.chat.completions.create({ ...request, stream: true })));
+        const choice = reply.choices[0];
+        const calls = (choice.message.tool_calls ?? []).map((call) => {
+          const tool = tools.find((t) => t.function.name === call.function.name);
+          let valid = false;
+          try { valid = !!tool && ajv.validate(tool.function.parameters, JSON.parse(call.function.arguments)); } catch {}
+          return { name: call.function.name, arguments: call.function.arguments, valid };
+        });
+        forced.push({ tool_choice, seed, finish_reason: choice.finish_reason, content: choice.message.content, calls,
+                      streamed_names: streamed.tool_calls.filter((t) => t.function?.name).map((t) => t.function.name) });
+      }
+    }
     return {
-      results, parsed: parsed.choices[0].message.parsed, parsed_content: parsed.choices[0].message.content,
+      results, forced, parsed: parsed.choices[0].message.parsed, parsed_content: parsed.choices[0].message.content,
       completion: completion.choices[0], completion_valid: ajv.validate(point, JSON.parse(completion.choices[0].text)),
       refused,
     };

@@ -215,5 +215,80 @@ TEST(JsonSchema, NoPrefixIsADeadEnd) {
   }
 }
 
+// Tool calls in Gemma's syntax: the control tokens read as the bytes that stand for them.
+std::string gemma(std::string text) {
+  const std::pair<std::string, unsigned char> controls[] = {{"<|\"|>", kGemmaQuoteByte},
+                                                            {"<|tool_call>", kToolCallOpenByte},
+                                                            {"<tool_call|>", kToolCallCloseByte},
+                                                            {"<|channel>", kChannelOpenByte},
+                                                            {"<channel|>", kChannelCloseByte}};
+  for (const auto& [marker, byte] : controls)
+    for (size_t at = 0; (at = text.find(marker, at)) != std::string::npos;) text.replace(at, marker.size(), 1, char(byte));
+  return text;
+}
+
+const nlohmann::json kTools = nlohmann::json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+    "properties": {"unit": {"enum": ["c", "f"]}, "City": {"type": "string", "pattern": "^[A-Z]"},
+                   "days": {"type": "integer", "minimum": 1, "maximum": 7}, "when it is": {"type": "string"}},
+    "required": ["City", "unit", "country"]}}},
+  {"type": "function", "function": {"name": "get_time"}},
+  {"type": "function", "function": {"name": "get", "parameters": {"type": "object",
+    "properties": {"ids": {"type": "array", "items": {"type": "integer"}}, "deep": {"type": "object",
+      "properties": {"on": {"type": "boolean"}}}}}}}])");
+
+void expect_calls(const JsonGrammar& grammar, const std::vector<Case>& cases) {
+  for (const Case& c : cases) {
+    const std::string text = gemma(c.text);
+    const auto [at, complete] = read(grammar, text);
+    if (c.valid) EXPECT_TRUE(at == text.size() && complete) << c.text << ": refused at " << at;
+    else EXPECT_FALSE(at == text.size() && complete) << c.text << " was taken";
+  }
+}
+
+// tool_choice "required": one or more calls of the tools, arguments held to their parameters in
+// Gemma's syntax (bare keys in the template's dictsort order, strings between <|"|> as they are).
+TEST(ToolCallGrammar, CallsHoldTheirArgumentsToTheParameters) {
+  const auto required = compile_tool_calls(kTools, nullptr, ToolCallGrammar::Thought::None);
+  expect_calls(*required, {
+      {R"(<|tool_call>call:get_weather{City:<|"|>Oslo, "NO"\n<|"|>,unit:<|"|>c<|"|>}<tool_call|>)", true},
+      {R"(<|tool_call>call:get_weather{City:<|"|>x<|"|>,days:3,unit:<|"|>f<|"|>,<|"|>when it is<|"|>:<|"|>now<|"|>}<tool_call|>)", true},
+      {R"(<|tool_call>call:get_time{}<tool_call|><|tool_call>call:get{ids:[1, 2],deep:{on:true}}<tool_call|>)", false},
+      {R"(<|tool_call>call:get_time{}<tool_call|><|tool_call>call:get{deep:{on:true},ids:[1,2]}<tool_call|>)", true},
+      {R"(<|tool_call>call:get{ deep: { on: false } }<tool_call|>)", true},
+      {R"(<|tool_call>call:get_weather{unit:<|"|>c<|"|>,City:<|"|>x<|"|>}<tool_call|>)", false},  // (order)
+      {R"(<|tool_call>call:get_weather{City:"x",unit:<|"|>c<|"|>}<tool_call|>)", false},  // (JSON quotes)
+      {R"(<|tool_call>call:get_weather{City:<|"|>x<|"|>}<tool_call|>)", false},  // (unit is required)
+      {R"(<|tool_call>call:get_weather{City:<|"|>x<|"|>,days:8,unit:<|"|>c<|"|>}<tool_call|>)", false},
+      {R"(<|tool_call>call:get_time{a:1}<tool_call|>)", false},
+      {R"(<|tool_call>call:get_date{}<tool_call|>)", false},
+      {R"(Sure. <|tool_call>call:get_time{}<tool_call|>)", false},
+      {R"(<|channel>thought\nhm<channel|><|tool_call>call:get_time{}<tool_call|>)", false},  // (thinking off)
+      {R"(<|tool_call>call:get_time{}<tool_call|>)", true},
+      {"", false},
+  });
+  // A named function: one call of it; with thinking on, a thought may come first; a prompt that
+  // opened the thought channel starts in it.
+  const std::string get_time = "get_time";
+  const auto named = compile_tool_calls(kTools, &get_time, ToolCallGrammar::Thought::Optional);
+  expect_calls(*named, {{R"(<|tool_call>call:get_time{}<tool_call|>)", true},
+                        {R"(<|channel>thought\nLet me see: {"a"}<channel|><|tool_call>call:get_time{}<tool_call|>)", true},
+                        {R"(<|tool_call>call:get_time{}<tool_call|><|tool_call>call:get_time{}<tool_call|>)", false},
+                        {R"(<|tool_call>call:get{}<tool_call|>)", false}});
+  const auto open = compile_tool_calls(kTools, &get_time, ToolCallGrammar::Thought::Open);
+  expect_calls(*open, {{R"(so.<channel|><|tool_call>call:get_time{}<tool_call|>)", true},
+                       {R"(so.<|tool_call>call:get_time{}<tool_call|>)", true},
+                       {R"(<|tool_call>call:get_time{}<tool_call|>)", true}});
+  // Parameters that allow no arguments object are refused, naming the tool.
+  try {
+    compile_tool_calls(nlohmann::json::parse(R"([{"type": "function", "function": {"name": "f",
+                           "parameters": {"type": "string"}}}])"), nullptr, ToolCallGrammar::Thought::None);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param, "tools");
+    EXPECT_THAT(e.what(), HasSubstr("tools[0].function.parameters"));
+  }
+}
+
 }  // namespace
 }  // namespace tandem::server

@@ -79,6 +79,16 @@ TEST_F(Assembler, ChatSeparatesReasoningContentAndToolCalls) {
   EXPECT_EQ(out.tool_calls[0].arguments, nlohmann::json({{"city", "Paris"}}));
 }
 
+// Skipping special tokens keeps a call's string delimiters: a string holding a comma, a bracket or a
+// colon parses only with them.
+TEST_F(Assembler, ChatKeepsTheStringsOfToolCallsWhole) {
+  OutputAssembler a(*tokenizer_, OutputMode::Chat, {}, true, false);
+  const ParsedOutput out = run(a, "<|tool_call>call:note{text:<|\"|>a, b]: {c}<|\"|>,n:2}<tool_call|>");
+  ASSERT_EQ(out.tool_calls.size(), 1u) << out.content;
+  EXPECT_EQ(out.tool_calls[0].arguments, nlohmann::json({{"text", "a, b]: {c}"}, {"n", 2}}));
+  EXPECT_EQ(out.content, "");
+}
+
 TEST_F(Assembler, ChatSkipsSpecialTokensButTheMarkers) {
   const std::string text = "<bos>A<pad><|channel>thought\nhm<channel|>B<|think|>C";
   OutputAssembler skip(*tokenizer_, OutputMode::Chat, {}, true, false);

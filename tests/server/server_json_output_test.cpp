@@ -57,7 +57,8 @@ TEST_F(OpenAIServer, JsonObjectOutputIsAJsonObject) {
 
 // response_format json_schema, sampled at temperature 1 on random weights: every reply that
 // finishes is valid for its schema, and most finish; streamed replies equal the others; the SDK's
-// parse() reads the greedy reply; /v1/completions takes the format too; a pattern is refused.
+// parse() reads the greedy reply; /v1/completions takes the format too; a pattern is refused. And
+// tool_choice "required" or a named function: the reply is calls with valid arguments.
 TEST_F(OpenAIServer, JsonSchemaOutputIsValidForItsSchema) {
   const json r = check("structured");
   int finished = 0;
@@ -73,6 +74,26 @@ TEST_F(OpenAIServer, JsonSchemaOutputIsValidForItsSchema) {
   EXPECT_EQ(r["parsed"], json::parse(r["parsed_content"].get<std::string>()));
   EXPECT_EQ(r["completion"]["finish_reason"], "stop") << r.dump();
   EXPECT_EQ(r["completion_valid"], true) << r.dump();
+  // tool_choice "required" and a named function hold the reply to calls: every reply that finishes
+  // is calls, each valid for its function's parameters (a named choice: one call of that function).
+  int called = 0;
+  for (const json& reply : r["forced"]) {
+    SCOPED_TRACE(reply.dump());
+    std::vector<std::string> names;
+    for (const json& call : reply["calls"]) names.push_back(call["name"]);
+    EXPECT_EQ(json(names), reply["streamed_names"]);
+    if (reply["finish_reason"] == "length") continue;
+    ++called;
+    EXPECT_EQ(reply["finish_reason"], "tool_calls");
+    EXPECT_TRUE(reply["content"].is_null());
+    ASSERT_FALSE(reply["calls"].empty());
+    for (const json& call : reply["calls"]) EXPECT_EQ(call["valid"], true);
+    if (reply["tool_choice"].is_object()) {
+      EXPECT_EQ(reply["calls"].size(), 1u);
+      EXPECT_EQ(reply["calls"][0]["name"], "lookup");
+    }
+  }
+  EXPECT_GE(called, 3) << r["forced"].dump();
   EXPECT_EQ(r["refused"]["status"], 400) << r.dump();
   EXPECT_EQ(r["refused"]["error"]["param"], "response_format");
   EXPECT_THAT(r["refused"]["error"]["message"].get<std::string>(), HasSubstr("'pattern' is not supported"));
