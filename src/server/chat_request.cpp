@@ -182,6 +182,7 @@ ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults,
   r.prompt = render_chat_prompt(body, &r.thinking, &r.tools_offered);
   r.starts_in_reasoning = prompt_opens_reasoning(r.prompt);
   const std::optional<std::string> forced = forced_tool(body);
+  optional_bool(body, "parallel_tool_calls");  // (checked here; it holds only forced calls, below)
   // tool_choice "required" or a named function: the answer is held to calls of the tools.
   if (forced && r.tools_offered) {
     if (r.params.ignore_eos)
@@ -194,7 +195,9 @@ ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults,
     const auto thought = r.starts_in_reasoning ? ToolCallGrammar::Thought::Open
                          : r.thinking          ? ToolCallGrammar::Thought::Optional
                                                : ToolCallGrammar::Thought::None;
-    r.params.json_grammar = compile_tool_calls(body["tools"], forced->empty() ? nullptr : &*forced, thought);
+    const bool parallel = optional_bool(body, "parallel_tool_calls").value_or(true);
+    r.params.json_grammar =
+        compile_tool_calls(body["tools"], forced->empty() ? nullptr : &*forced, thought, parallel ? 0 : 1);
     r.params.json_format = "tool_choice";
     return r;
   }

@@ -348,11 +348,11 @@ std::shared_ptr<const JsonGrammar> compile_json_schema(const ojson& schema, cons
 }
 
 std::shared_ptr<const JsonGrammar> compile_tool_calls(const nlohmann::json& tools, const std::string* only,
-                                                      ToolCallGrammar::Thought thought) {
+                                                      ToolCallGrammar::Thought thought, uint32_t max_calls) {
   JsonGrammar grammar;
   grammar.tool_calls_only = true;
   grammar.tool_calls.thought = thought;
-  grammar.tool_calls.max_calls = only ? 1 : std::numeric_limits<uint32_t>::max();
+  grammar.tool_calls.max_calls = only ? 1 : max_calls > 0 ? max_calls : std::numeric_limits<uint32_t>::max();
   std::vector<SchemaCompiler> compilers;
   std::vector<ojson> schemas;
   schemas.reserve(tools.size());

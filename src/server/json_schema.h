@@ -21,13 +21,13 @@ namespace tandem::server {
 // `param` names the schema in error messages ("response_format.json_schema.schema").
 std::shared_ptr<const JsonGrammar> compile_json_schema(const nlohmann::ordered_json& schema, const std::string& param);
 
-// tool_choice "required" (`only` null: one or more calls of any of `tools`) or a named function
-// (`only`: one call of it): the output held to calls in Gemma's syntax, each call's arguments to its
-// function's parameters. Lenient where structured output refuses: the assertions above that cannot
+// tool_choice "required" (`only` null: one or more calls of any of `tools`, at most `max_calls` when
+// not 0) or a named function (`only`: one call of it): the output held to calls in Gemma's syntax,
+// each call's arguments to its function's parameters. Lenient where structured output refuses: the assertions above that cannot
 // be held (pattern, ...) are left to the function to check, and `required` names that are not
 // among the properties are read past, since tool schemas come from tool libraries, not from the
 // client. A parameters schema that allows no arguments object is refused (400, param "tools").
 std::shared_ptr<const JsonGrammar> compile_tool_calls(const nlohmann::json& tools, const std::string* only,
-                                                      ToolCallGrammar::Thought thought);
+                                                      ToolCallGrammar::Thought thought, uint32_t max_calls = 0);
 
 }  // namespace tandem::server

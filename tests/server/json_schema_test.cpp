@@ -267,6 +267,10 @@ TEST(ToolCallGrammar, CallsHoldTheirArgumentsToTheParameters) {
       {R"(<|tool_call>call:get_time{}<tool_call|>)", true},
       {"", false},
   });
+  // parallel_tool_calls false: one call.
+  const auto one = compile_tool_calls(kTools, nullptr, ToolCallGrammar::Thought::None, 1);
+  expect_calls(*one, {{R"(<|tool_call>call:get_time{}<tool_call|>)", true},
+                      {R"(<|tool_call>call:get_time{}<tool_call|><|tool_call>call:get_time{}<tool_call|>)", false}});
   // A named function: one call of it; with thinking on, a thought may come first; a prompt that
   // opened the thought channel starts in it.
   const std::string get_time = "get_time";
