@@ -17,7 +17,7 @@ struct JsonSchemaNode {
   uint8_t types = kAnyType;  // kNumber includes the integers
   // Non-empty: the value is one of these nodes' values, and the fields below are unused.
   std::vector<int32_t> any_of;
-  // Non-empty: the value is one of these JSON texts, byte for byte (enum, const).
+  // Non-empty: the value is one of these JSON texts, byte for byte (enum, const), sorted and unique.
   std::vector<std::string> literals;
 
   struct Property {
@@ -36,6 +36,9 @@ struct JsonSchemaNode {
   static constexpr int kBoundDecimals = 15;
   bool bounded = false;
   __int128 minimum = 0, maximum = 0;
+  // The fewest nested objects and arrays a value needs (of any type; an object; an array), so that
+  // none is begun that cannot close within the 64 levels.
+  uint32_t min_depth = 0, min_object_depth = 1, min_array_depth = 1;
 };
 
 // Bytes no UTF-8 text has, standing in TokenBytes for the Gemma 4 control tokens of its tool-call

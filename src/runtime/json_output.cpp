@@ -151,7 +151,14 @@ void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
     }
     switch (f.mode) {
       case Mode::Value:
-        if (!node.any_of.empty() || !node.literals.empty()) return fork(begin, c, level);
+        if (!node.any_of.empty()) return fork(begin, c, level);
+        if (!node.literals.empty()) {
+          f.mode = Mode::Literal;
+          f.which = 0;
+          f.literals_end = uint32_t(node.literals.size());
+          f.count = 0;
+          continue;
+        }
         return begin_value(f, c, depth) ? ok() : fail();
       case Mode::ObjectFirst:
       case Mode::ObjectKey: {
@@ -166,14 +173,15 @@ void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
         key.node = f.node;
         if (!node.properties.empty()) {
           for (size_t j = f.count; j < node.properties.size() && j - f.count < 64; ++j) {
-            key.candidates |= uint64_t(1) << (j - f.count);
+            if (node.properties[j].required || fits(node.properties[j].node, depth))
+              key.candidates |= uint64_t(1) << (j - f.count);
             if (node.properties[j].required) break;
           }
           if (key.candidates == 0) return fail();
           key.mode = Mode::Key;
           key.which = int32_t(f.count);
         } else {
-          if (node.other_properties < 0) return fail();
+          if (node.other_properties < 0 || !fits(node.other_properties, depth)) return fail();
           key.mode = Mode::String;
           key.key = true;
         }
@@ -222,13 +230,13 @@ void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
           end_value(begin);
           return ok();
         }
-        if (node.max_items == 0) return fail();
+        if (node.max_items == 0 || !fits(node.items, depth)) return fail();
         f.mode = Mode::Item;
         stack.push_back(Frame{.node = node.items});
         continue;  // c begins the item
       case Mode::AfterItem:
         if (c == ',') {
-          if (f.count >= node.max_items) return fail();
+          if (f.count >= node.max_items || !fits(node.items, depth)) return fail();
           f.mode = Mode::Item;
           stack.push_back(Frame{.node = node.items});
           return ok();
@@ -257,9 +265,36 @@ void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
         continue;  // the byte after the number goes on to the value around it
       }
       case Mode::Literal: {
-        const std::string& text = literal(f);
-        if (f.count >= text.size() || c != static_cast<unsigned char>(text[f.count])) return fail();
-        if (++f.count == text.size()) end_value(begin);
+        if (f.which < 0) {  // true, false, null
+          const std::string& text = kLiteralTexts[size_t(-f.which - 1)];
+          if (f.count >= text.size() || c != static_cast<unsigned char>(text[f.count])) return fail();
+          if (++f.count == text.size()) end_value(begin);
+          return ok();
+        }
+        // The node's literals still matching share the bytes so far and, sorted, lie in a range: the
+        // one that ended here first (the caller's choice forked there), then by their next byte.
+        const auto& literals = node.literals;
+        const size_t at = f.count;
+        auto first = literals.begin() + f.which, last = literals.begin() + f.literals_end;
+        if (first != last && first->size() == at) ++first;
+        const auto byte_at = [at](const std::string& text) { return static_cast<unsigned char>(text[at]); };
+        first = std::partition_point(first, last, [&](const std::string& t) { return byte_at(t) < c; });
+        last = std::partition_point(first, last, [&](const std::string& t) { return byte_at(t) == c; });
+        if (first == last) return fail();
+        f.which = int32_t(first - literals.begin());
+        f.literals_end = uint32_t(last - literals.begin());
+        ++f.count;
+        if (first->size() != f.count) return ok();
+        if (last - first == 1) {
+          end_value(begin);
+          return ok();
+        }
+        // One literal ends here and longer ones go on ("1" and "12"): both ways.
+        ok();
+        const size_t copy = stack.size();
+        stack.reserve(copy + (copy - begin));
+        for (size_t i = begin; i < copy; ++i) stack.push_back(stack[i]);
+        end_value(copy);
         return ok();
       }
       case Mode::Calls: {
@@ -324,7 +359,7 @@ void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
   }
 }
 
-// A value of a node with choices (anyOf, enum): one stack per choice that c can begin.
+// A value of a node with choices (anyOf): one stack per choice that c can begin.
 void JsonPrefix::fork(size_t begin, unsigned char c, int level) {
   std::vector<Frame>& stack = next_frames_;
   if (level + 1 >= kMaxForkLevels) return stack.resize(begin);
@@ -339,20 +374,9 @@ void JsonPrefix::fork(size_t begin, unsigned char c, int level) {
     stack.push_back(choice);
     advance(at, c, level + 1);
   };
-  if (!node.any_of.empty()) {
-    for (int32_t alternative : node.any_of) {
-      Frame choice = top;
-      choice.node = alternative;
-      follow(choice);
-    }
-    return;
-  }
-  for (size_t i = 0; i < node.literals.size(); ++i) {
-    if (node.literals[i].empty() || static_cast<unsigned char>(node.literals[i][0]) != c) continue;
+  for (int32_t alternative : node.any_of) {
     Frame choice = top;
-    choice.mode = Mode::Literal;
-    choice.which = int32_t(i);
-    choice.count = 0;
+    choice.node = alternative;
     follow(choice);
   }
 }
@@ -370,8 +394,13 @@ void JsonPrefix::key_ended(int32_t property) {
   next_frames_.push_back(Frame{.node = property >= 0 ? node.properties[size_t(property)].node : node.other_properties});
 }
 
+bool JsonPrefix::fits(int32_t node, size_t depth) const {
+  return depth + grammar_->nodes[size_t(node)].min_depth <= size_t(kMaxDepth);
+}
+
 bool JsonPrefix::begin_value(Frame& f, unsigned char c, size_t depth) const {
-  const uint8_t types = grammar_->nodes[size_t(f.node)].types;
+  const JsonSchemaNode& node = grammar_->nodes[size_t(f.node)];
+  const uint8_t types = node.types;
   if (c == (grammar_->tool_calls_only ? kGemmaQuoteByte : '"')) {
     if (!(types & JsonSchemaNode::kString)) return false;
     f.mode = Mode::String;
@@ -380,12 +409,12 @@ bool JsonPrefix::begin_value(Frame& f, unsigned char c, size_t depth) const {
   }
   switch (c) {
     case '{':
-      if (!(types & JsonSchemaNode::kObject) || depth > size_t(kMaxDepth)) return false;
+      if (!(types & JsonSchemaNode::kObject) || depth - 1 + node.min_object_depth > size_t(kMaxDepth)) return false;
       f.mode = Mode::ObjectFirst;
       f.count = 0;
       return true;
     case '[':
-      if (!(types & JsonSchemaNode::kArray) || depth > size_t(kMaxDepth)) return false;
+      if (!(types & JsonSchemaNode::kArray) || depth - 1 + node.min_array_depth > size_t(kMaxDepth)) return false;
       f.mode = Mode::ArrayFirst;
       f.count = 0;
       return true;
@@ -421,11 +450,6 @@ void JsonPrefix::end_value(size_t begin) {
     ++around.count;
     around.mode = Mode::AfterItem;
   }
-}
-
-const std::string& JsonPrefix::literal(const Frame& f) const {
-  if (f.which < 0) return kLiteralTexts[size_t(-f.which - 1)];
-  return grammar_->nodes[size_t(f.node)].literals[size_t(f.which)];
 }
 
 __int128 JsonPrefix::number_value(const Frame& f) const {

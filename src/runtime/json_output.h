@@ -76,6 +76,7 @@ class JsonPrefix {
     // bytes matched; Calls: calls made.
     uint32_t count = 0;
     uint64_t candidates = 0;  // Key, CallName: bit b, property (function) which + b still matches
+    uint32_t literals_end = 0;  // Literal: the node's literals [which, literals_end) still match
     uint64_t magnitude = 0;   // Number with bounds: its integer part so far
     uint64_t fraction = 0;    // Number with bounds: its fraction digits so far, as an integer
     uint8_t fraction_digits = 0;
@@ -84,6 +85,7 @@ class JsonPrefix {
 
   void advance(size_t begin, unsigned char c, int level);
   void fork(size_t begin, unsigned char c, int level);
+  bool fits(int32_t node, size_t depth) const;  // a value of `node` below `depth` containers
   bool begin_value(Frame& f, unsigned char c, size_t depth) const;
   void end_value(size_t begin);  // the top frame's value ended
   void key_ended(int32_t property);
@@ -93,7 +95,6 @@ class JsonPrefix {
   bool number_complete(const Frame& f) const;
   bool number_reachable(const Frame& f) const;
   __int128 number_value(const Frame& f) const;  // in the units of the node's bounds
-  const std::string& literal(const Frame& f) const;
 
   const JsonGrammar* grammar_;
   // The ways still open, one stack of frames each (innermost last), one after another in frames_.

@@ -97,12 +97,19 @@ void check_lengths(const GenerationJob& job, int context_limit) {
                     job.params.max_tokens_param, context_limit - prompt));
 }
 
+// A chat answer held to JSON is all content: no control token can occur in it, and text in its strings
+// that spells a marker ("<turn|>") must not be read as one, so it is not parsed.
+OutputMode assembled_as(const GenerationJob& job) {
+  const bool json = job.params.json_format == "json_object" || job.params.json_format == "json_schema";
+  return json ? OutputMode::Text : job.mode;
+}
+
 }  // namespace
 
 GenerationStream::GenerationStream(const RouteContext& context, GenerationJob job, std::shared_ptr<StreamSignal> signal)
     : context_(context),
       queue_(std::make_shared<EventQueue>()),
-      assembler_(context.model.tokenizer, job.mode, job.params.stop, job.params.skip_special_tokens,
+      assembler_(context.model.tokenizer, assembled_as(job), job.params.stop, job.params.skip_special_tokens,
                  job.starts_in_reasoning, job.parse_tool_calls, job.params.min_tokens),
       arrival_(job.arrival),
       prompt_tokens_(int(job.prompt.size())) {

@@ -30,22 +30,9 @@ const std::set<std::string, std::less<>> kUnsupported = {
     "unevaluatedItems", "contains", "minContains", "maxContains", "prefixItems", "$dynamicRef", "$recursiveRef",
     "uniqueItems"};
 
+constexpr int kMaxSchemaNesting = 256;
 constexpr __int128 kScale = 1'000'000'000'000'000;                 // 10^Node::kBoundDecimals
 constexpr __int128 kLargest = __int128(10'000'000'000'000'000'000u) * kScale - 1;  // 19 integer digits
-
-// x in units of 1/kScale: `up` rounds up (a lower bound), else down; within the double's own error
-// of a whole unit it rounds to nearest, so 0.1 (a double a little above 1/10) stays 0.1.
-__int128 scaled(double x, bool up) {
-  if (std::isnan(x)) return 0;
-  if (x >= 1e19) return kLargest + 1;
-  if (x <= -1e19) return -kLargest - 1;
-  const long double whole = std::trunc(static_cast<long double>(x));
-  const long double part = (static_cast<long double>(x) - whole) * static_cast<long double>(kScale);
-  long double rounded = std::round(part);
-  const long double error = 0.01L + std::fabs(static_cast<long double>(x)) * static_cast<long double>(kScale) * 2.3e-16L;
-  if (std::fabs(part - rounded) > error) rounded = up ? std::ceil(part) : std::floor(part);
-  return __int128(whole) * kScale + __int128(rounded);
-}
 
 // The types of a node that some value can have, given which nodes have values at all.
 uint8_t possible_types(const Node& node, const std::vector<bool>& has_values) {
@@ -89,6 +76,68 @@ std::vector<bool> prune(JsonGrammar& grammar) {
 }
 
 
+// anyOf and $ref chains resolved to the nodes they end at, so that reading follows one level of
+// choice however the schema nests them (a left recursion or a long chain of refs costs nothing when
+// reading). False when there are too many to resolve.
+bool flatten_choices(JsonGrammar& grammar) {
+  std::vector<Node>& nodes = grammar.nodes;
+  std::vector<size_t> seen(nodes.size(), 0);
+  size_t budget = 4'000'000;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].any_of.empty()) continue;
+    std::vector<int32_t> leaves, pending = {int32_t(i)};
+    seen[i] = i + 1;
+    while (!pending.empty()) {
+      const int32_t at = pending.back();
+      pending.pop_back();
+      if (budget-- == 0) return false;
+      if (nodes[size_t(at)].any_of.empty()) {
+        leaves.push_back(at);
+        continue;
+      }
+      const std::vector<int32_t>& next = nodes[size_t(at)].any_of;
+      for (auto it = next.rbegin(); it != next.rend(); ++it)  // (the schema's order first)
+        if (seen[size_t(*it)] != i + 1) seen[size_t(*it)] = i + 1, pending.push_back(*it);
+    }
+    nodes[i].any_of = std::move(leaves);
+  }
+  return true;
+}
+
+// The fewest nested containers each node's values need (JsonSchemaNode::min_depth), relaxed from
+// "none" down to the least; false when the schema is too large to settle.
+constexpr uint32_t kNoDepth = 1u << 30;
+bool compute_depths(JsonGrammar& grammar) {
+  std::vector<Node>& nodes = grammar.nodes;
+  for (Node& node : nodes) node.min_depth = node.min_object_depth = node.min_array_depth = kNoDepth;
+  for (int round = 0; round < 4096; ++round) {
+    bool changed = false;
+    for (Node& node : nodes) {
+      uint32_t depth = kNoDepth;
+      if (!node.any_of.empty()) {
+        for (int32_t a : node.any_of) depth = std::min(depth, nodes[size_t(a)].min_depth);
+      } else if (!node.literals.empty()) {
+        depth = 0;  // (a literal is read byte by byte, without nesting)
+      } else {
+        if (node.types & Node::kArray)
+          node.min_array_depth = std::min(kNoDepth, 1 + (node.min_items > 0 ? nodes[size_t(node.items)].min_depth : 0));
+        if (node.types & Node::kObject) {
+          uint32_t deepest = 0;
+          for (const Node::Property& p : node.properties)
+            if (p.required) deepest = std::max(deepest, nodes[size_t(p.node)].min_depth);
+          node.min_object_depth = std::min(kNoDepth, 1 + deepest);
+        }
+        if (node.types & ~(Node::kArray | Node::kObject)) depth = 0;
+        if (node.types & Node::kArray) depth = std::min(depth, node.min_array_depth);
+        if (node.types & Node::kObject) depth = std::min(depth, node.min_object_depth);
+      }
+      if (depth < node.min_depth) node.min_depth = depth, changed = true;
+    }
+    if (!changed) return true;
+  }
+  return false;
+}
+
 // Nodes of one schema added to `grammar`. In Gemma's tool syntax (`tool_arguments`) keys are bare,
 // in the order the chat template writes them (dictsort), literals are written as Gemma writes them,
 // and the assertions structured output refuses are not held (see the header).
@@ -130,6 +179,8 @@ class SchemaCompiler {
   uint32_t count(const ojson& s, const std::string& pointer, const char* keyword, uint32_t fallback) const {
     const auto it = s.find(keyword);
     if (it == s.end()) return fallback;
+    if (it->is_number_unsigned())
+      return uint32_t(std::min<uint64_t>(it->get<uint64_t>(), std::numeric_limits<uint32_t>::max()));
     if (!it->is_number_integer() || it->get<int64_t>() < 0)
       refuse(pointer, fmt::format("'{}' must be a non-negative integer", keyword));
     return uint32_t(std::min<int64_t>(it->get<int64_t>(), std::numeric_limits<uint32_t>::max()));
@@ -137,6 +188,15 @@ class SchemaCompiler {
 
   int32_t compile(const ojson& s, const std::string& pointer) {
     if (const auto done = by_pointer_.find(pointer); done != by_pointer_.end()) return done->second;
+    // Each level is a call here, so a long $ref chain must not run the stack out.
+    if (nesting_ >= kMaxSchemaNesting)
+      refuse(pointer, fmt::format("the schema nests (through $ref, anyOf, properties, items) deeper than {} levels",
+                                  kMaxSchemaNesting));
+    struct Nested {
+      int& n;
+      explicit Nested(int& level) : n(++level) {}
+      ~Nested() { --n; }
+    } nested(nesting_);
     if (s.is_boolean()) {
       Node node;
       if (s.get<bool>()) return any();
@@ -197,15 +257,25 @@ class SchemaCompiler {
       if (type->is_array()) for (const ojson& name : *type) add_type(name);
       else add_type(*type);
     }
-    if (s.value("nullable", false) == true) node.types |= Node::kNull;
+    if (const auto nullable = s.find("nullable"); nullable != s.end()) {
+      if (!nullable->is_boolean()) refuse(pointer, "'nullable' must be a boolean");
+      if (nullable->get<bool>()) node.types |= Node::kNull;
+    }
 
     const auto enumerated = s.find("enum");
     const auto constant = s.find("const");
     if (enumerated != s.end() || constant != s.end()) {
       if (enumerated != s.end() && !enumerated->is_array()) refuse(pointer, "'enum' must be an array");
+      if (enumerated != s.end() && constant != s.end()) refuse(pointer, "'enum' and 'const' together are not supported");
+      // The values are written as they are: constraints beside them would go unchecked.
+      for (const auto& [key, value] : s.items())
+        if (key != "enum" && key != "const" && key != "type" && key != "nullable" && !kAnnotations.count(key))
+          refuse(pointer, fmt::format("'{}' beside '{}' is not supported", key, constant != s.end() ? "const" : "enum"));
       const ojson values = constant != s.end() ? ojson::array({*constant}) : *enumerated;
       for (const ojson& value : values)
         if (has_type(node.types, value)) node.literals.push_back(literal(value));
+      std::sort(node.literals.begin(), node.literals.end());
+      node.literals.erase(std::unique(node.literals.begin(), node.literals.end()), node.literals.end());
       if (node.literals.empty()) node.types = 0;  // no value allowed
       return node;
     }
@@ -247,34 +317,102 @@ class SchemaCompiler {
     return node;
   }
 
+  // Bounds compare as validators compare them (a JSON number read as a double, as JavaScript's are):
+  // lo is the least number written with at most 15 fraction digits that passes the lower bound, hi
+  // the greatest that passes the upper one. Integer nodes with bounds written as integers compare
+  // exactly (as Python's validators do).
   void read_bounds(const ojson& s, const std::string& pointer, Node& node) const {
-    const auto bound = [&](const char* keyword) -> std::optional<double> {
+    const auto bound = [&](const char* keyword) -> const ojson* {
       const auto it = s.find(keyword);
-      if (it == s.end() || it->is_boolean()) return std::nullopt;
+      if (it == s.end() || it->is_boolean()) return nullptr;
       if (!it->is_number()) refuse(pointer, fmt::format("'{}' must be a number", keyword));
-      return it->get<double>();
+      return &*it;
     };
     // Draft 4 writes exclusive bounds as booleans beside minimum and maximum.
-    const bool draft4_low = s.value("exclusiveMinimum", ojson()) == true;
-    const bool draft4_high = s.value("exclusiveMaximum", ojson()) == true;
-    std::optional<double> low = bound("minimum"), high = bound("maximum");
-    std::optional<double> low_exclusive = bound("exclusiveMinimum"), high_exclusive = bound("exclusiveMaximum");
-    if (draft4_low) low_exclusive = low, low.reset();
-    if (draft4_high) high_exclusive = high, high.reset();
+    const bool draft4_low = s.contains("exclusiveMinimum") && s["exclusiveMinimum"] == true;
+    const bool draft4_high = s.contains("exclusiveMaximum") && s["exclusiveMaximum"] == true;
+    const ojson *low = bound("minimum"), *high = bound("maximum");
+    const ojson *low_exclusive = bound("exclusiveMinimum"), *high_exclusive = bound("exclusiveMaximum");
+    if (draft4_low) low_exclusive = low, low = nullptr;
+    if (draft4_high) high_exclusive = high, high = nullptr;
     if (!low && !high && !low_exclusive && !high_exclusive) return;
     if (!(node.types & (Node::kInteger | Node::kNumber))) return;  // (the bounds apply to numbers only)
     const bool integers = !(node.types & Node::kNumber);
     __int128 lo = -kLargest, hi = kLargest;
-    // Integers: whole bounds; other numbers: bounds in units of 10^-15, an exclusive one a unit inside.
-    if (low) lo = std::max(lo, integers ? scaled(std::ceil(*low), true) : scaled(*low, true));
-    if (high) hi = std::min(hi, integers ? scaled(std::floor(*high), false) : scaled(*high, false));
-    if (low_exclusive)
-      lo = std::max(lo, integers ? scaled(std::floor(*low_exclusive) + 1, true) : scaled(*low_exclusive, false) + 1);
-    if (high_exclusive)
-      hi = std::min(hi, integers ? scaled(std::ceil(*high_exclusive) - 1, false) : scaled(*high_exclusive, true) - 1);
+    if (low) lo = std::max(lo, first_passing(*low, false, integers));
+    if (low_exclusive) lo = std::max(lo, first_passing(*low_exclusive, true, integers));
+    if (high) hi = std::min(hi, last_passing(*high, false, integers));
+    if (high_exclusive) hi = std::min(hi, last_passing(*high_exclusive, true, integers));
+    if (lo > hi)
+      refuse(pointer, fmt::format("no {} written with at most 19 integer digits{} lies within the bounds",
+                                  integers ? "integer" : "number", integers ? "" : " and 15 fraction digits"));
     node.bounded = true;
     node.minimum = lo;
     node.maximum = hi;
+  }
+
+  // The least value (in units of 10^-15; integers: a whole one) greater than (`exclusive`) or equal to
+  // `bound`; past the 19 digits, beyond them.
+  static __int128 first_passing(const ojson& bound, bool exclusive, bool integers) {
+    if (integers && (bound.is_number_integer() || bound.is_number_unsigned())) {
+      const __int128 exact = bound.is_number_unsigned() ? __int128(bound.get<uint64_t>()) : __int128(bound.get<int64_t>());
+      return std::clamp<__int128>((exact + (exclusive ? 1 : 0)) * kScale, -kLargest - 1, kLargest + 1);
+    }
+    const double b = bound.get<double>();
+    const auto passes = [&](__int128 units) {
+      const double v = as_double(units);
+      return exclusive ? v > b : v >= b;
+    };
+    return integers ? search(b, passes, kScale) : search(b, passes, 1);
+  }
+
+  static __int128 last_passing(const ojson& bound, bool exclusive, bool integers) {
+    if (integers && (bound.is_number_integer() || bound.is_number_unsigned())) {
+      const __int128 exact = bound.is_number_unsigned() ? __int128(bound.get<uint64_t>()) : __int128(bound.get<int64_t>());
+      return std::clamp<__int128>((exact - (exclusive ? 1 : 0)) * kScale, -kLargest - 1, kLargest + 1);
+    }
+    const double b = bound.get<double>();
+    // The greatest passing value is one step below the least value past it.
+    const auto beyond = [&](__int128 units) {
+      const double v = as_double(units);
+      return exclusive ? v >= b : v > b;
+    };
+    const __int128 step = integers ? kScale : 1;
+    return search(b, beyond, step) - step;
+  }
+
+  // The least multiple of `step` (in units) for which `passes` holds (monotone: false, then true),
+  // found by bisection around `b`; clamped past the 19 digits.
+  template <typename Passes>
+  static __int128 search(double b, const Passes& passes, __int128 step) {
+    if (!(b > -1e19)) return -kLargest - 1;
+    if (!(b < 1e19)) return kLargest + 1;
+    __int128 low = -kLargest - 1, high = kLargest + 1;  // low fails (or is past the digits), high passes
+    low = low / step * step - step;
+    high = high / step * step + step;
+    while (high - low > step) {
+      __int128 middle = low + (high - low) / 2;
+      middle -= ((middle % step) + step) % step;
+      if (middle <= low) middle = low + step;
+      if (passes(middle)) high = middle;
+      else low = middle;
+    }
+    return std::clamp<__int128>(high, -kLargest - 1, kLargest + 1);
+  }
+
+  // A value in units of 10^-15 as a reader of its decimal text gets it (correctly rounded).
+  static double as_double(__int128 units) {
+    const bool negative = units < 0;
+    unsigned __int128 magnitude = negative ? -static_cast<unsigned __int128>(units) : static_cast<unsigned __int128>(units);
+    char digits[64];
+    int n = 0;
+    for (int i = 0; i < 16 || magnitude > 0; ++i, magnitude /= 10) {
+      if (i == 15) digits[n++] = '.';
+      digits[n++] = char('0' + int(magnitude % 10));
+    }
+    std::string text = negative ? "-" : "";
+    for (int i = n - 1; i >= 0; --i) text += digits[i];
+    return std::strtod(text.c_str(), nullptr);
   }
 
   static bool has_type(uint8_t types, const ojson& value) {
@@ -332,6 +470,7 @@ class SchemaCompiler {
   const ojson& root_;
   std::string param_;
   bool tool_arguments_;
+  int nesting_ = 0;
   std::map<std::string, int32_t> by_pointer_;
   int32_t any_ = -1;
 };
@@ -344,6 +483,10 @@ std::shared_ptr<const JsonGrammar> compile_json_schema(const ojson& schema, cons
   grammar.root = compiler.run();
   const std::vector<bool> has_values = prune(grammar);
   if (!has_values[size_t(grammar.root)]) compiler.refuse("", "the schema allows no value");
+  if (!flatten_choices(grammar) || !compute_depths(grammar))
+    compiler.refuse("", "the schema has too many choices (anyOf, $ref) to follow");
+  if (grammar.nodes[size_t(grammar.root)].min_depth > 64)
+    compiler.refuse("", "every value of the schema nests deeper than 64 levels");
   return std::make_shared<const JsonGrammar>(std::move(grammar));
 }
 
@@ -373,10 +516,12 @@ std::shared_ptr<const JsonGrammar> compile_tool_calls(const nlohmann::json& tool
   }
   if (grammar.tool_calls.functions.empty()) throw invalid_request("tools", "'tools' has no function to call");
   const std::vector<bool> has_values = prune(grammar);
+  if (!flatten_choices(grammar) || !compute_depths(grammar))
+    throw invalid_request("tools", "the tools' parameters have too many choices (anyOf, $ref) to follow");
   for (size_t f = 0; f < grammar.tool_calls.functions.size(); ++f) {
     const JsonSchemaNode& parameters = grammar.nodes[size_t(grammar.tool_calls.functions[f].parameters)];
     const bool object = !parameters.any_of.empty() || !parameters.literals.empty() || (parameters.types & JsonSchemaNode::kObject);
-    if (!has_values[size_t(grammar.tool_calls.functions[f].parameters)] || !object)
+    if (!has_values[size_t(grammar.tool_calls.functions[f].parameters)] || !object || parameters.min_depth > 63)
       compilers[f].refuse("", "the parameters allow no arguments object");
   }
   return std::make_shared<const JsonGrammar>(std::move(grammar));

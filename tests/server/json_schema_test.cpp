@@ -10,6 +10,8 @@
 #include <random>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "runtime/json_output.h"
 #include "server/api_error.h"
 #include "server/json_schema.h"
@@ -135,7 +137,7 @@ TEST(JsonSchema, ReferencesReachDefinitionsAndRecurse) {
 
 TEST(JsonSchema, ChoicesThatLeadNowhereAreCutOut) {
   // An optional property no value can satisfy is never begun; nor is an item of an impossible array.
-  expect_reads(R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": 5, "maximum": 4},
+  expect_reads(R"({"type": "object", "properties": {"a": {"type": "string", "minLength": 5, "maxLength": 4},
                    "b": {"type": "boolean"}}})",
                {{R"({"b":true})", true}, {R"({"a":1})", false, 2}});
   expect_reads(R"({"type": "array", "items": false})", {{"[]", true}, {"[1]", false, 1}});
@@ -162,12 +164,67 @@ TEST(JsonSchema, WhatCannotBeHeldIsRefusedByName) {
   EXPECT_THAT(refusal(R"({"$ref": "https://example.com/schema.json"})"), HasSubstr("into the schema itself"));
   EXPECT_THAT(refusal(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})"),
               HasSubstr("required property \"b\""));
-  EXPECT_THAT(refusal(R"({"type": "integer", "minimum": 5, "maximum": 4})"), HasSubstr("allows no value"));
+  EXPECT_THAT(refusal(R"({"type": "integer", "minimum": 5, "maximum": 4})"), HasSubstr("lies within the bounds"));
+  EXPECT_THAT(refusal(R"({"type": "number", "minimum": 1e-18, "maximum": 1e-18})"), HasSubstr("15 fraction digits"));
+  // No double lies strictly between these two, so no number a reader takes in does.
+  EXPECT_THAT(refusal(R"({"type": "number", "exclusiveMinimum": 99.99999999999999, "exclusiveMaximum": 100})"),
+              HasSubstr("lies within the bounds"));
+  EXPECT_THAT(refusal(R"({"type": "integer", "enum": [100], "maximum": 3})"), HasSubstr("'maximum' beside 'enum'"));
+  EXPECT_THAT(refusal(R"({"enum": ["a"], "const": "c"})"), HasSubstr("together"));
+  EXPECT_THAT(refusal(R"({"type": "string", "nullable": "yes"})"), HasSubstr("'nullable' must be a boolean"));
+  std::string chain = R"({"$defs": {)";
+  for (int i = 0; i < 4000; ++i) chain += fmt::format(R"("d{}": {{"anyOf": [{{"$ref": "#/$defs/d{}"}}, {{"type": "null"}}]}},)", i, i + 1);
+  chain += R"("d4000": {"type": "integer"}}, "$ref": "#/$defs/d0"})";
+  EXPECT_THAT(refusal(chain), HasSubstr("deeper than 256 levels"));
+  std::string deep = R"({"type": "integer"})";
+  for (int i = 0; i < 70; ++i) deep = R"({"type": "object", "properties": {"a": )" + deep + R"(}, "required": ["a"]})";
+  EXPECT_THAT(refusal(deep), HasSubstr("deeper than 64 levels"));
   EXPECT_THAT(refusal(R"({"type": "array", "items": [{"type": "integer"}]})"), HasSubstr("tuple"));
   EXPECT_THAT(refusal(R"({"type": "text"})"), HasSubstr("not a JSON Schema type"));
   EXPECT_THAT(refusal(R"({"anyOf": [{"type": "integer"}], "minimum": 3})"), HasSubstr("'minimum' beside 'anyOf'"));
   EXPECT_THAT(refusal(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"), HasSubstr("allows no value"));
   EXPECT_EQ(refusal(R"({"type": "string", "format": "date", "title": "t", "uniqueItems": false})"), "accepted");
+}
+
+// Choices nested any way cost one level when reading: 7 levels of anyOf over 16 refs each (16^7 ways
+// followed naively), a left recursion, and a chain of 40 refs.
+TEST(JsonSchema, NestedChoicesAreResolvedWhenCompiled) {
+  std::string defs;
+  for (int level = 0; level < 7; ++level) {
+    std::string refs;
+    for (int k = 0; k < 16; ++k) refs += fmt::format(R"({}{{"$ref": "#/$defs/l{}"}})", k ? "," : "", level + 1);
+    defs += fmt::format(R"("l{}": {{"anyOf": [{}]}},)", level, refs);
+  }
+  expect_reads(R"({"$defs": {)" + defs + R"("l7": {"type": "integer"}}, "$ref": "#/$defs/l0"})",
+               {{"12", true}, {"\"a\"", false, 0}});
+  expect_reads(R"({"anyOf": [{"$ref": "#"}, {"$ref": "#"}, {"$ref": "#"}, {"type": "integer"}]})", {{"-3", true}});
+  std::string chain = R"({"$defs": {)";
+  for (int i = 0; i < 40; ++i) chain += fmt::format(R"("r{}": {{"$ref": "#/$defs/r{}"}},)", i, i + 1);
+  expect_reads(chain + R"("r40": {"type": "string"}}, "$ref": "#/$defs/r0"})", {{"\"x\"", true}});
+}
+
+// Values past the 32 ways followed at once: an enum's values are matched by their bytes, all of them.
+TEST(JsonSchema, EveryValueOfALongEnumCanBeWritten) {
+  std::string values;
+  for (int i = 0; i < 40; ++i) values += fmt::format(R"({}"value {}")", i ? "," : "", i);
+  expect_reads(R"({"enum": [)" + values + R"(]})", {{R"("value 0")", true}, {R"("value 39")", true}, {R"("value 40")", false, 8}});
+  expect_reads(R"({"enum": [1, 12, 123, 2]})", {{"1", true}, {"12", true}, {"123", true}, {"2", true}, {"13", false, 1}});
+}
+
+// Bounds pass what a reader of the number passes, exact where they are written as integers; a value
+// that cannot close within the 64 levels is never begun.
+TEST(JsonSchema, BoundsAndDepthHoldExactly) {
+  expect_reads(R"({"type": "integer", "minimum": 9223372036854775807, "maximum": 9223372036854775807})",
+               {{"9223372036854775807", true}, {"9223372036854775806", false}});
+  expect_reads(R"({"type": "number", "minimum": -1e-15, "maximum": -1e-18})",
+               {{"-0.000000000000001", true}, {"0", false, 0}, {"-0.0000000000000001", false, 17}});
+  expect_reads(R"({"type": "number", "minimum": 99.99999999999997, "exclusiveMaximum": 100})",
+               {{"99.99999999999997", true}, {"99.99999999999999", true}, {"99.999999999999999", false}});
+  expect_reads(R"({"type": "array", "maxItems": 18446744073709551615, "items": {"type": "integer"}})", {{"[1]", true}});
+  std::string deep = R"({"type": "integer"})";
+  for (int i = 0; i < 70; ++i) deep = R"({"type": "object", "properties": {"a": )" + deep + R"(}, "required": ["a"]})";
+  expect_reads(R"({"type": "object", "properties": {"deep": )" + deep + R"(, "b": {"type": "boolean"}}})",
+               {{"{}", true}, {R"({"b":true})", true}, {R"({"deep")", false, 2}});
 }
 
 // From every state a random walk reaches, a byte goes on or the value is complete: the mask can always

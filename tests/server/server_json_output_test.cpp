@@ -94,6 +94,9 @@ TEST_F(OpenAIServer, JsonSchemaOutputIsValidForItsSchema) {
     }
   }
   EXPECT_GE(called, 3) << r["forced"].dump();
+  EXPECT_EQ(r["markers"]["content"], "\"a<turn|>b<|channel>thought\\nc<channel|>d<|tool_call>call:f{}<tool_call|>\"")
+      << r["markers"].dump();
+  EXPECT_FALSE(r["markers"].contains("reasoning_content") && !r["markers"]["reasoning_content"].is_null());
   EXPECT_EQ(r["refused"]["status"], 400) << r.dump();
   EXPECT_EQ(r["refused"]["error"]["param"], "response_format");
   EXPECT_THAT(r["refused"]["error"]["message"].get<std::string>(), HasSubstr("'pattern' is not supported"));
