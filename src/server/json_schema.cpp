@@ -31,6 +31,7 @@ const std::set<std::string, std::less<>> kUnsupported = {
     "uniqueItems"};
 
 constexpr int kMaxSchemaNesting = 256;
+constexpr size_t kMaxChoices = 128;  // schemas an anyOf resolves to
 constexpr __int128 kScale = 1'000'000'000'000'000;                 // 10^Node::kBoundDecimals
 constexpr __int128 kLargest = __int128(10'000'000'000'000'000'000u) * kScale - 1;  // 19 integer digits
 
@@ -99,6 +100,7 @@ bool flatten_choices(JsonGrammar& grammar) {
       for (auto it = next.rbegin(); it != next.rend(); ++it)  // (the schema's order first)
         if (seen[size_t(*it)] != i + 1) seen[size_t(*it)] = i + 1, pending.push_back(*it);
     }
+    if (leaves.size() > kMaxChoices) return false;  // (each value's first bytes would try them all)
     nodes[i].any_of = std::move(leaves);
   }
   return true;

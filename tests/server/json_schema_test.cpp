@@ -179,6 +179,9 @@ TEST(JsonSchema, WhatCannotBeHeldIsRefusedByName) {
   std::string deep = R"({"type": "integer"})";
   for (int i = 0; i < 70; ++i) deep = R"({"type": "object", "properties": {"a": )" + deep + R"(}, "required": ["a"]})";
   EXPECT_THAT(refusal(deep), HasSubstr("deeper than 64 levels"));
+  std::string wide = R"({"anyOf": [)";
+  for (int i = 0; i < 129; ++i) wide += fmt::format(R"({}{{"type": "object", "properties": {{"k{}": {{}}}}}})", i ? "," : "", i);
+  EXPECT_THAT(refusal(wide + "]}"), HasSubstr("too many choices"));
   EXPECT_THAT(refusal(R"({"type": "array", "items": [{"type": "integer"}]})"), HasSubstr("tuple"));
   EXPECT_THAT(refusal(R"({"type": "text"})"), HasSubstr("not a JSON Schema type"));
   EXPECT_THAT(refusal(R"({"anyOf": [{"type": "integer"}], "minimum": 3})"), HasSubstr("'minimum' beside 'anyOf'"));
