@@ -49,7 +49,9 @@ void expect_reads(const std::string& schema, const std::vector<Case>& cases) {
       EXPECT_TRUE(at == c.text.size() && complete) << c.text << ": refused at " << at;
     } else {
       EXPECT_FALSE(at == c.text.size() && complete) << c.text << " was taken";
-      if (c.refused_at != std::string::npos) EXPECT_EQ(at, c.refused_at) << c.text;
+      if (c.refused_at != std::string::npos) {
+        EXPECT_EQ(at, c.refused_at) << c.text;
+      }
     }
   }
 }
