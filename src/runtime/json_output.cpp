@@ -45,6 +45,16 @@ TokenBytes::TokenBytes(std::vector<std::string> token_bytes) : bytes(std::move(t
     string_content[id] = text && plain;
     characters[id] = text ? uint16_t(count) : 0;
   }
+  for (size_t id = 0; id < bytes.size(); ++id)
+    if (!bytes[id].empty()) by_bytes.push_back(int32_t(id));
+  std::sort(by_bytes.begin(), by_bytes.end(), [&](int32_t a, int32_t b) { return bytes[size_t(a)] < bytes[size_t(b)]; });
+  shared_with_previous.resize(by_bytes.size(), 0);
+  for (size_t i = 1; i < by_bytes.size(); ++i) {
+    const std::string &a = bytes[size_t(by_bytes[i - 1])], &b = bytes[size_t(by_bytes[i])];
+    size_t n = 0;
+    while (n < a.size() && n < b.size() && a[n] == b[n] && n < std::numeric_limits<uint16_t>::max()) ++n;
+    shared_with_previous[i] = uint16_t(n);
+  }
 }
 
 JsonOutputConstraint::JsonOutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::vector<int32_t> end_tokens,
@@ -52,44 +62,83 @@ JsonOutputConstraint::JsonOutputConstraint(std::shared_ptr<const TokenBytes> voc
     : vocabulary_(std::move(vocabulary)),
       end_tokens_(std::move(end_tokens)),
       grammar_(std::move(grammar)),
-      state_(grammar_ ? JsonPrefix(*grammar_) : JsonPrefix()),
-      scratch_(state_) {}
+      state_(grammar_ ? JsonPrefix(*grammar_) : JsonPrefix()) {}
 
 bool JsonOutputConstraint::is_end(int32_t token) const {
   return std::find(end_tokens_.begin(), end_tokens_.end(), token) != end_tokens_.end();
 }
 
+// A mask settles most tokens without reading them (string content inside a string). The others are
+// read in byte order (TokenBytes::by_bytes), each from the state after the bytes it shares with the
+// token read before it: a prefix is read once for all the tokens that start with it, and the tokens
+// that share a refused prefix are refused without reading. A few are read one by one.
 void JsonOutputConstraint::mask(std::span<float> logits) const {
-  // The bytes that can come next, one feed each: most tokens are settled by their first byte.
-  std::array<bool, 256> first{};
-  for (int c = 0; c < 256; ++c) {
-    scratch_.assign(state_);
-    first[size_t(c)] = scratch_.feed(static_cast<unsigned char>(c));
-  }
-  const std::vector<std::string>& bytes = vocabulary_->bytes;
+  const TokenBytes& vocabulary = *vocabulary_;
   const int64_t string_room = state_.string_content_room();
-  const std::vector<uint8_t>& content = state_.gemma_syntax() ? vocabulary_->text_content : vocabulary_->string_content;
+  const std::vector<uint8_t>& content = state_.gemma_syntax() ? vocabulary.text_content : vocabulary.string_content;
+  enum Verdict : uint8_t { kOpen, kAllowed, kRefused };
+  std::vector<uint8_t>& verdicts = allowed_;
+  verdicts.assign(logits.size(), kOpen);
+  std::vector<int32_t>& open = open_;
+  open.clear();
   const bool complete = state_.complete();
-  bool any = false;
   for (size_t id = 0; id < logits.size(); ++id) {
-    if (logits[id] == -INFINITY) continue;
-    bool allowed = false;
-    if (id < bytes.size() && content[id] && vocabulary_->characters[id] <= string_room) {
-      allowed = true;
-    } else if (id < bytes.size() && !bytes[id].empty()) {
-      const std::string& b = bytes[id];
-      if (first[static_cast<unsigned char>(b[0])]) {
-        if (b.size() == 1) {
-          allowed = true;
-        } else {
-          scratch_.assign(state_);
-          allowed = std::all_of(b.begin(), b.end(), [&](char c) { return scratch_.feed(static_cast<unsigned char>(c)); });
+    const bool with_bytes = id < vocabulary.bytes.size() && !vocabulary.bytes[id].empty();
+    if (logits[id] == -INFINITY) verdicts[id] = kRefused;
+    else if (!with_bytes) verdicts[id] = complete && is_end(int32_t(id)) ? kAllowed : kRefused;
+    else if (content[id] && vocabulary.characters[id] <= string_room) verdicts[id] = kAllowed;
+    else open.push_back(int32_t(id));
+  }
+  if (prefix_states_.empty()) prefix_states_.resize(2, state_);
+  if (open.size() < 4096) {
+    std::array<uint8_t, 256> first{};  // 0: not read, 1: refused, 2: taken
+    for (int32_t id : open) {
+      const std::string& bytes = vocabulary.bytes[size_t(id)];
+      uint8_t& byte = first[static_cast<unsigned char>(bytes[0])];
+      if (byte == 0) {
+        prefix_states_[0].assign(state_);
+        byte = prefix_states_[0].feed(static_cast<unsigned char>(bytes[0])) ? 2 : 1;
+      }
+      bool taken = byte == 2;
+      if (taken && bytes.size() > 1) {
+        prefix_states_[1].assign(state_);
+        taken = std::all_of(bytes.begin(), bytes.end(), [&](char c) { return prefix_states_[1].feed(static_cast<unsigned char>(c)); });
+      }
+      verdicts[size_t(id)] = taken ? kAllowed : kRefused;
+    }
+  } else {
+    prefix_states_[0].assign(state_);
+    constexpr size_t kNone = std::numeric_limits<size_t>::max();
+    size_t read_depth = 0;      // prefix_states_[0..read_depth]: after that many bytes of the token read last
+    size_t refused_at = kNone;  // the token read last was refused at its byte refused_at - 1
+    size_t shared = kNone;      // bytes the current token shares with the token read last
+    for (size_t i = 0; i < vocabulary.by_bytes.size(); ++i) {
+      const int32_t id = vocabulary.by_bytes[i];
+      shared = std::min<size_t>(shared, vocabulary.shared_with_previous[i]);
+      if (size_t(id) >= logits.size() || verdicts[size_t(id)] != kOpen) continue;
+      if (refused_at != kNone && shared >= refused_at) {  // it starts with a refused prefix
+        verdicts[size_t(id)] = kRefused;
+        continue;
+      }
+      const std::string& bytes = vocabulary.bytes[size_t(id)];
+      size_t depth = std::min(shared, read_depth);
+      if (prefix_states_.size() < bytes.size() + 1) prefix_states_.resize(bytes.size() + 1, state_);
+      refused_at = kNone;
+      for (; depth < bytes.size(); ++depth) {
+        prefix_states_[depth + 1].assign(prefix_states_[depth]);
+        if (!prefix_states_[depth + 1].feed(static_cast<unsigned char>(bytes[depth]))) {
+          refused_at = depth + 1;
+          break;
         }
       }
-    } else {
-      allowed = complete && is_end(int32_t(id));
+      read_depth = depth;
+      shared = kNone;
+      verdicts[size_t(id)] = refused_at == kNone ? kAllowed : kRefused;
     }
-    if (allowed) any = true;
+  }
+  bool any = false;
+  for (size_t id = 0; id < logits.size(); ++id) {
+    if (verdicts[id] == kAllowed) any = true;
     else logits[id] = -INFINITY;
   }
   // Nothing can follow (a complete value and no stop token, with ignore_eos): whitespace then ran out.

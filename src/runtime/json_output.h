@@ -28,6 +28,10 @@ struct TokenBytes {
   // Gemma's tool syntax or a thought holds as it is.
   std::vector<uint8_t> text_content;
   std::vector<uint16_t> characters;  // of each text_content token
+  // The ids of the tokens with bytes, sorted by them, and how many leading bytes each shares with the
+  // one before it: the mask reads a prefix once for every token that starts with it.
+  std::vector<int32_t> by_bytes;
+  std::vector<uint16_t> shared_with_previous;
 };
 
 class JsonOutputConstraint {
@@ -48,7 +52,10 @@ class JsonOutputConstraint {
   std::vector<int32_t> end_tokens_;
   std::shared_ptr<const JsonGrammar> grammar_;
   JsonPrefix state_;
-  mutable JsonPrefix scratch_;
+  // Scratch of mask(): the states after each leading byte of the token being read, and the verdicts.
+  mutable std::vector<JsonPrefix> prefix_states_;
+  mutable std::vector<uint8_t> allowed_;
+  mutable std::vector<int32_t> open_;
 };
 
 }  // namespace tandem

@@ -161,7 +161,7 @@ TEST(JsonOutputConstraint, SamplingYieldsAJsonObject) {
 
 // mask() allows exactly the tokens whose bytes JsonPrefix reads on from the output so far (the end
 // token only once the object is closed), at every point of the valid objects: its shortcut for
-// plain string content included.
+// plain string content, its reading of shared prefixes once and its token-by-token reading included.
 TEST(JsonOutputConstraint, MasksExactlyTheTokensThatKeepAJsonPrefix) {
   std::vector<std::string> pieces;
   for (int c = 0; c < 256; ++c) pieces.push_back(std::string(1, char(c)));  // as byte fallback gives
@@ -170,7 +170,8 @@ TEST(JsonOutputConstraint, MasksExactlyTheTokensThatKeepAJsonPrefix) {
   std::mt19937 rng(3);
   const std::vector<std::string> parts = {"a", " b", "é", "日本", "\"", "\\", "\\u", "D83D", "\\uDE00", "}", ",",
                                           "1", ".5", "e", "-", "true", "null", "\n", "\t", "\xE6\x97", "🌊", ":"};
-  for (int i = 0; i < 3000; ++i) {
+  // Enough pieces that the mask reads them in byte order (past 4096 unsettled) as well as one by one.
+  for (int i = 0; i < 8000; ++i) {
     std::string p;
     for (int k = 1 + int(rng() % 3); k > 0; --k) p += parts[rng() % parts.size()];
     pieces.push_back(p);
