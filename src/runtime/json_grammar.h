@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tandem {
@@ -49,6 +50,17 @@ inline constexpr unsigned char kToolCallOpenByte = 0xF9;    // <|tool_call>
 inline constexpr unsigned char kToolCallCloseByte = 0xFA;   // <tool_call|>
 inline constexpr unsigned char kChannelOpenByte = 0xFB;     // <|channel>
 inline constexpr unsigned char kChannelCloseByte = 0xFC;    // <channel|>
+
+// Gemma's markers as the output parser finds them in text: free text in a tool call or a thought must
+// not spell one out of ordinary tokens, or the parser would end the string, call or thought there.
+inline constexpr std::string_view kGemmaMarkers[] = {"<|\"|>",    "<|tool_call>", "<tool_call|>", "<|channel>",
+                                                     "<channel|>", "<|turn>",      "<turn|>",      "<eos>",
+                                                     "<|tool_response>", "<tool_response|>"};
+inline bool spells_gemma_marker(std::string_view text) {
+  for (std::string_view marker : kGemmaMarkers)
+    if (text.find(marker) != std::string_view::npos) return true;
+  return false;
+}
 
 // Output held to tool calls (tool_choice "required" or a named function) in Gemma 4's syntax:
 // [<|channel>thought<channel|>] <|tool_call>call:NAME{ARGS}<tool_call|> ..., each ARGS a value of

@@ -41,7 +41,8 @@ TokenBytes::TokenBytes(std::vector<std::string> token_bytes) : bytes(std::move(t
       }
     }
     text = text && continuation == 0 && count <= std::numeric_limits<uint16_t>::max();
-    text_content[id] = text;
+    // (A '<' may begin a marker, which Gemma's free text must not spell: such tokens are read.)
+    text_content[id] = text && b.find('<') == std::string::npos;
     string_content[id] = text && plain;
     characters[id] = text ? uint16_t(count) : 0;
   }

@@ -100,6 +100,8 @@ void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
                             f.mode == Mode::Colon || f.mode == Mode::AfterMember || f.mode == Mode::ArrayFirst ||
                             f.mode == Mode::AfterItem;
     if (structural) {
+      // (Gemma's syntax as the template writes it has no whitespace: a model need not spend tokens on it.)
+      if (is_space(c) && grammar_->tool_calls_only) return fail();
       if (is_space(c)) {
         if (depth == 1 && f.mode == Mode::Value) return fail();  // nothing before the value
         return ++f.spaces <= kMaxSpaces ? ok() : fail();
@@ -273,8 +275,13 @@ void JsonPrefix::advance(size_t begin, unsigned char c, int level) {
           stack.pop_back();
           continue;
         }
-        if (c == kChannelCloseByte) stack.pop_back();
-        return c < kGemmaQuoteByte || c == kChannelCloseByte ? ok() : fail();
+        if (c == kChannelCloseByte) {
+          stack.pop_back();
+          return ok();
+        }
+        if (c >= kGemmaQuoteByte) return fail();
+        f.marker = next_marker_state(f.marker, c);
+        return f.marker == kSpelled ? fail() : ok();
       case Mode::CallName: {
         static constexpr std::string_view kCall = "call:";
         if (f.count < kCall.size()) {
@@ -423,6 +430,7 @@ bool JsonPrefix::complete() const {
 int64_t JsonPrefix::string_content_room() const {
   if (ends_.size() != 1 || frames_.empty()) return -1;
   const Frame& f = frames_.back();
+  if (f.marker != 0) return -1;  // (the next bytes may complete a marker)
   if (f.mode == Mode::Thought) return std::numeric_limits<int64_t>::max();
   if (f.mode != Mode::String || f.utf8_left != 0 || f.need_low) return -1;
   if (f.key) return grammar_->tool_calls_only ? -1 : std::numeric_limits<int64_t>::max();

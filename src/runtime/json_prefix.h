@@ -49,6 +49,7 @@ class JsonPrefix {
     bool need_low = false;   // String: a high surrogate's escape came last, so its low one must follow
     bool negative = false;   // Number
     bool thought_passed = false;  // Calls: a thought came (or cannot come any more)
+    uint8_t marker = 0;      // String, Thought in Gemma's syntax: how much of a marker the text ends with
     // Object: the property whose value comes next (-1: undeclared); Key, CallName: the first
     // candidate; Literal: the text (kTrue, kFalse, kNull or a node literal); Calls: the function.
     int32_t which = 0;

@@ -1,6 +1,7 @@
 // The scalars of JSON a byte at a time: numbers (with the bounds of a schema) and strings (JSON's,
 // with escapes, or Gemma's tool syntax, without).
 #include <algorithm>
+#include <cctype>
 #include <limits>
 
 #include "runtime/json_prefix.h"
@@ -117,11 +118,15 @@ bool JsonPrefix::string(Frame& f, unsigned char c, bool& ended) const {
   const uint32_t min_length = f.key ? 0 : node.min_length;
   const uint32_t max_length = f.key ? std::numeric_limits<uint32_t>::max() : node.max_length;
   if (grammar_->tool_calls_only && f.utf8_left == 0) {
-    // Gemma's syntax: no escapes; a value runs to its <|"|>, a bare key to its ':'.
+    // Gemma's syntax: no escapes; a value runs to its <|"|>, a bare key to its ':'. An undeclared key
+    // is a name (letters, digits, _ - . or any non-ASCII, up to 64 characters), as the template writes
+    // keys, and no text spells a marker.
     if (f.key && c == ':') return ended = true, f.count > 0;
-    if (f.key && (is_space(c) || c == ',' || c == '{' || c == '}' || c == '[' || c == ']')) return false;
+    if (f.key && c < 0x80 && !std::isalnum(c) && c != '_' && c != '-' && c != '.') return false;
     if (!f.key && c == kGemmaQuoteByte) return ended = true, f.count >= min_length;
-    if (++f.count > max_length) return false;
+    if (++f.count > (f.key ? kMaxBareKey : max_length)) return false;
+    f.marker = next_marker_state(f.marker, c);
+    if (f.marker == kSpelled) return false;
     if (c < 0x80) return true;
     const Utf8Lead lead = utf8_lead(c);
     if (lead.continuation == 0) return false;

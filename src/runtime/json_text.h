@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/json_grammar.h"
 
@@ -11,6 +13,7 @@ namespace tandem::json_text {
 
 constexpr int kMaxDepth = 64;
 constexpr int kMaxSpaces = 32;
+constexpr uint32_t kMaxBareKey = 64;  // characters of an undeclared key in Gemma's syntax
 // Digits of a number's integer part and exponent: past these a double overflows, which strict parsers
 // (nlohmann's, .NET's) refuse.
 constexpr int kMaxIntegerDigits = 20, kMaxExponentDigits = 2;
@@ -50,6 +53,42 @@ inline int64_t last_required(const JsonSchemaNode& node) {
   for (size_t j = node.properties.size(); j-- > 0;)
     if (node.properties[j].required) return int64_t(j);
   return -1;
+}
+
+// How much of a Gemma marker (kGemmaMarkers) free text ends with: a node of the markers' trie (0:
+// none), or kSpelled when the byte completes one. Every marker starts with '<' and holds no other.
+inline constexpr uint8_t kSpelled = 0xFF;
+inline uint8_t next_marker_state(uint8_t state, unsigned char c) {
+  struct Trie {
+    std::vector<std::vector<std::pair<unsigned char, uint8_t>>> children{1};  // per node: (byte, child)
+    std::vector<bool> terminal{false};
+    uint8_t child(uint8_t node, unsigned char c) const {
+      for (const auto& [byte, to] : children[node])
+        if (byte == c) return to;
+      return 0;
+    }
+  };
+  static const Trie trie = [] {
+    Trie t;
+    for (std::string_view marker : kGemmaMarkers) {
+      uint8_t node = 0;
+      for (unsigned char c : marker) {
+        uint8_t to = t.child(node, c);
+        if (to == 0) {
+          to = uint8_t(t.children.size());
+          t.children.emplace_back();
+          t.terminal.push_back(false);
+          t.children[node].emplace_back(c, to);
+        }
+        node = to;
+      }
+      t.terminal[node] = true;
+    }
+    return t;
+  }();
+  uint8_t to = trie.child(state, c);
+  if (to == 0 && state != 0) to = trie.child(0, c);  // (only '<' starts a marker)
+  return to != 0 && trie.terminal[to] ? kSpelled : to;
 }
 
 }  // namespace tandem::json_text

@@ -275,7 +275,7 @@ class SchemaCompiler {
           refuse(pointer, fmt::format("'{}' beside '{}' is not supported", key, constant != s.end() ? "const" : "enum"));
       const ojson values = constant != s.end() ? ojson::array({*constant}) : *enumerated;
       for (const ojson& value : values)
-        if (has_type(node.types, value)) node.literals.push_back(literal(value));
+        if (has_type(node.types, value)) node.literals.push_back(literal(value, pointer));
       std::sort(node.literals.begin(), node.literals.end());
       node.literals.erase(std::unique(node.literals.begin(), node.literals.end()), node.literals.end());
       if (node.literals.empty()) node.types = 0;  // no value allowed
@@ -284,9 +284,12 @@ class SchemaCompiler {
 
     if (const auto properties = s.find("properties"); properties != s.end()) {
       if (!properties->is_object()) refuse(pointer, "'properties' must be an object");
-      for (const std::string& name : property_order(*properties))
+      for (const std::string& name : property_order(*properties)) {
+        if (tool_arguments_ && spells_gemma_marker(name))
+          refuse(pointer, fmt::format("the property name {} spells one of Gemma's markers", ojson(name).dump()));
         node.properties.push_back(
             {key_text(name), compile((*properties)[name], pointer + "/properties/" + pointer_token(name)), false});
+      }
     }
     if (const auto required = s.find("required"); required != s.end()) {
       if (!required->is_array()) refuse(pointer, "'required' must be an array of property names");
@@ -299,7 +302,9 @@ class SchemaCompiler {
       }
     }
     const auto additional = s.find("additionalProperties");
-    if (node.properties.empty() && (additional == s.end() || *additional != false)) {
+    // A tool's "properties": {} declares that it takes no arguments: no other keys unless asked for.
+    const bool declared_none = tool_arguments_ && s.contains("properties") && additional == s.end();
+    if (node.properties.empty() && !declared_none && (additional == s.end() || *additional != false)) {
       node.other_properties = additional == s.end() || additional->is_boolean()
                                   ? any()
                                   : compile(*additional, pointer + "/additionalProperties");
@@ -417,6 +422,17 @@ class SchemaCompiler {
     return std::strtod(text.c_str(), nullptr);
   }
 
+  static bool spells_marker(const ojson& value) {
+    if (value.is_string()) return spells_gemma_marker(value.get<std::string>());
+    if (value.is_object())
+      for (const auto& [key, member] : value.items())
+        if (spells_gemma_marker(key) || spells_marker(member)) return true;
+    if (value.is_array())
+      for (const ojson& item : value)
+        if (spells_marker(item)) return true;
+    return false;
+  }
+
   static bool has_type(uint8_t types, const ojson& value) {
     switch (value.type()) {
       case ojson::value_t::null: return types & Node::kNull;
@@ -460,8 +476,9 @@ class SchemaCompiler {
     return names;
   }
 
-  std::string literal(const ojson& value) const {
+  std::string literal(const ojson& value, const std::string& pointer) const {
     if (!tool_arguments_) return value.dump();
+    if (spells_marker(value)) refuse(pointer, "a value that spells one of Gemma's markers cannot be written in a tool call");
     std::string text = format_gemma_value(nlohmann::json::parse(value.dump()), false);
     for (size_t at = 0; (at = text.find(kGemmaQuote, at)) != std::string::npos;)
       text.replace(at, kGemmaQuote.size(), std::string(1, char(kGemmaQuoteByte)));
@@ -522,8 +539,15 @@ std::shared_ptr<const JsonGrammar> compile_tool_calls(const nlohmann::json& tool
     throw invalid_request("tools", "the tools' parameters have too many choices (anyOf, $ref) to follow");
   for (size_t f = 0; f < grammar.tool_calls.functions.size(); ++f) {
     const JsonSchemaNode& parameters = grammar.nodes[size_t(grammar.tool_calls.functions[f].parameters)];
-    const bool object = !parameters.any_of.empty() || !parameters.literals.empty() || (parameters.types & JsonSchemaNode::kObject);
-    if (!has_values[size_t(grammar.tool_calls.functions[f].parameters)] || !object || parameters.min_depth > 63)
+    const auto object = [&](const JsonSchemaNode& node) {
+      if (!node.literals.empty())
+        return std::any_of(node.literals.begin(), node.literals.end(), [](const std::string& l) { return l[0] == '{'; });
+      return (node.types & JsonSchemaNode::kObject) != 0;
+    };
+    const bool any_object = parameters.any_of.empty() ? object(parameters)
+                                                       : std::any_of(parameters.any_of.begin(), parameters.any_of.end(),
+                                                                     [&](int32_t a) { return object(grammar.nodes[size_t(a)]); });
+    if (!has_values[size_t(grammar.tool_calls.functions[f].parameters)] || !any_object || parameters.min_depth > 63)
       compilers[f].refuse("", "the parameters allow no arguments object");
   }
   return std::make_shared<const JsonGrammar>(std::move(grammar));

@@ -317,7 +317,11 @@ TEST(ToolCallGrammar, CallsHoldTheirArgumentsToTheParameters) {
       {R"(<|tool_call>call:get_weather{City:<|"|>x<|"|>,days:3,unit:<|"|>f<|"|>,<|"|>when it is<|"|>:<|"|>now<|"|>}<tool_call|>)", true},
       {R"(<|tool_call>call:get_time{}<tool_call|><|tool_call>call:get{ids:[1, 2],deep:{on:true}}<tool_call|>)", false},
       {R"(<|tool_call>call:get_time{}<tool_call|><|tool_call>call:get{deep:{on:true},ids:[1,2]}<tool_call|>)", true},
-      {R"(<|tool_call>call:get{ deep: { on: false } }<tool_call|>)", true},
+      {R"(<|tool_call>call:get{ deep: { on: false } }<tool_call|>)", false},  // (no whitespace, as the template)
+      {R"(<|tool_call>call:get{deep:{on:false}}<tool_call|>)", true},
+      // Free text never spells a marker the output parser would act on.
+      {R"(<|tool_call>call:get_weather{City:<|"|>a<turn|>b<|"|>,unit:<|"|>c<|"|>}<tool_call|>)", false},
+      {R"(<|tool_call>call:get_weather{City:<|"|>a<turn>b<|"|>,unit:<|"|>c<|"|>}<tool_call|>)", true},
       {R"(<|tool_call>call:get_weather{unit:<|"|>c<|"|>,City:<|"|>x<|"|>}<tool_call|>)", false},  // (order)
       {R"(<|tool_call>call:get_weather{City:"x",unit:<|"|>c<|"|>}<tool_call|>)", false},  // (JSON quotes)
       {R"(<|tool_call>call:get_weather{City:<|"|>x<|"|>}<tool_call|>)", false},  // (unit is required)
@@ -345,7 +349,29 @@ TEST(ToolCallGrammar, CallsHoldTheirArgumentsToTheParameters) {
   expect_calls(*open, {{R"(so.<channel|><|tool_call>call:get_time{}<tool_call|>)", true},
                        {R"(so.<|tool_call>call:get_time{}<tool_call|>)", true},
                        {R"(<|tool_call>call:get_time{}<tool_call|>)", true}});
-  // Parameters that allow no arguments object are refused, naming the tool.
+  // An object of undeclared keys: names as the template writes them, up to 64 characters.
+  const auto free = compile_tool_calls(nlohmann::json::parse(R"([{"type": "function", "function": {"name": "opts",
+      "parameters": {"type": "object", "additionalProperties": {"type": "integer"}}}}])"), nullptr,
+      ToolCallGrammar::Thought::Optional);
+  expect_calls(*free, {{R"(<|tool_call>call:opts{a:1,b_c.d-é:2}<tool_call|>)", true},
+                       {R"(<|tool_call>call:opts{a b:1}<tool_call|>)", false},
+                       {"<|tool_call>call:opts{" + std::string(65, 'k') + ":1}<tool_call|>", false},
+                       {R"(<|channel>thought
+so <eos> then<channel|><|tool_call>call:opts{}<tool_call|>)", false}});
+  // "properties": {} declares no arguments.
+  const auto none = compile_tool_calls(nlohmann::json::parse(R"([{"type": "function", "function": {"name": "now",
+      "parameters": {"type": "object", "properties": {}}}}])"), nullptr, ToolCallGrammar::Thought::None);
+  expect_calls(*none, {{R"(<|tool_call>call:now{}<tool_call|>)", true}, {R"(<|tool_call>call:now{a:1}<tool_call|>)", false}});
+  // Parameters that allow no arguments object are refused, naming the tool; so are values the
+  // parser could not read back.
+  for (const char* parameters : {R"({"anyOf": [{"type": "string"}, {"type": "integer"}]})", R"({"enum": [1, 2]})",
+                                 R"({"type": "object", "properties": {"x": {"const": "a<tool_call|>"}}})",
+                                 R"({"type": "object", "properties": {"a<|\"|>b": {"type": "integer"}}})"}) {
+    SCOPED_TRACE(parameters);
+    const auto tools = nlohmann::json::array(
+        {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", nlohmann::json::parse(parameters)}}}}});
+    EXPECT_THROW(compile_tool_calls(tools, nullptr, ToolCallGrammar::Thought::None), ApiError);
+  }
   try {
     compile_tool_calls(nlohmann::json::parse(R"([{"type": "function", "function": {"name": "f",
                            "parameters": {"type": "string"}}}])"), nullptr, ToolCallGrammar::Thought::None);
