@@ -37,6 +37,8 @@ bool tools_enabled(const json& body, const json* tools) {
   }
   if (!choice->is_object())
     throw invalid_request("tool_choice", "tool_choice must be a string or an object, got " + json_kind(*choice));
+  if (const auto type = optional_string(*choice, "type"); type && *type != "function")
+    throw invalid_request("tool_choice", fmt::format("a named tool_choice has type \"function\", got '{}'", *type));
   const json* function = optional_object(*choice, "function", "tool_choice.function");
   const auto name = function ? optional_string(*function, "name") : std::nullopt;
   if (!name) throw invalid_request("tool_choice", "a named tool_choice needs {\"type\": \"function\", \"function\": {\"name\": ...}}");

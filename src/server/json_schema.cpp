@@ -479,9 +479,15 @@ class SchemaCompiler {
   std::string literal(const ojson& value, const std::string& pointer) const {
     if (!tool_arguments_) return value.dump();
     if (spells_marker(value)) refuse(pointer, "a value that spells one of Gemma's markers cannot be written in a tool call");
-    std::string text = format_gemma_value(nlohmann::json::parse(value.dump()), false);
-    for (size_t at = 0; (at = text.find(kGemmaQuote, at)) != std::string::npos;)
-      text.replace(at, kGemmaQuote.size(), std::string(1, char(kGemmaQuoteByte)));
+    const std::string gemma = format_gemma_value(nlohmann::json::parse(value.dump()), false);
+    std::string text;  // with the byte that stands for each <|"|>
+    for (size_t at = 0; at < gemma.size();) {
+      const size_t quote = gemma.find(kGemmaQuote, at);
+      text.append(gemma, at, std::min(quote, gemma.size()) - at);
+      if (quote == std::string::npos) break;
+      text += char(kGemmaQuoteByte);
+      at = quote + kGemmaQuote.size();
+    }
     return text;
   }
 

@@ -206,6 +206,7 @@ TEST(ChatRequest, ToolChoiceNoneLeavesToolsOut) {
               HasSubstr("declaration:get_weather"));
   EXPECT_THROW(render(R"(, "tool_choice": {"type": "function", "function": {"name": "other"}})"), ApiError);
   EXPECT_THROW(render(R"(, "tool_choice": "maybe")"), ApiError);
+  EXPECT_THROW(render(R"(, "tool_choice": {"type": "tool", "function": {"name": "get_weather"}})"), ApiError);
 }
 
 TEST(ChatRequest, ToolCallsAreParsedOnlyWhenToolsWereOffered) {
