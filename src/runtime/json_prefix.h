@@ -72,6 +72,7 @@ class JsonPrefix {
   void key_ended(int32_t property);
   bool number(Frame& f, unsigned char c, bool& ended) const;
   bool string(Frame& f, unsigned char c, bool& ended) const;
+  static bool begin_character(Frame& f, unsigned char c);
   void drop_repeated_ways();
   bool number_complete(const Frame& f) const;
   bool number_reachable(const Frame& f) const;

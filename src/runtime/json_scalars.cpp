@@ -111,6 +111,17 @@ bool JsonPrefix::number(Frame& f, unsigned char c, bool& ended) const {
   return true;
 }
 
+// A character of a string begins with c: ASCII, or a UTF-8 lead byte whose continuation bytes the
+// frame then expects.
+bool JsonPrefix::begin_character(Frame& f, unsigned char c) {
+  if (c < 0x80) return true;
+  const Utf8Lead lead = utf8_lead(c);
+  if (lead.continuation == 0) return false;
+  f.utf8_left = uint8_t(lead.continuation);
+  f.utf8_min = lead.first_min, f.utf8_max = lead.first_max;
+  return true;
+}
+
 // A string's next byte; `ended` at its closing quote. Keys of undeclared properties have no length
 // bounds.
 bool JsonPrefix::string(Frame& f, unsigned char c, bool& ended) const {
@@ -127,12 +138,7 @@ bool JsonPrefix::string(Frame& f, unsigned char c, bool& ended) const {
     if (++f.count > (f.key ? kMaxBareKey : max_length)) return false;
     f.marker = next_marker_state(f.marker, c);
     if (f.marker == kSpelled) return false;
-    if (c < 0x80) return true;
-    const Utf8Lead lead = utf8_lead(c);
-    if (lead.continuation == 0) return false;
-    f.utf8_left = uint8_t(lead.continuation);
-    f.utf8_min = lead.first_min, f.utf8_max = lead.first_max;
-    return true;
+    return begin_character(f, c);
   }
   switch (f.mode) {
     case Mode::String: {
@@ -151,12 +157,7 @@ bool JsonPrefix::string(Frame& f, unsigned char c, bool& ended) const {
       if (!f.need_low && ++f.count > max_length) return false;
       if (c == '\\') return f.mode = Mode::Escape, true;
       if (c < 0x20) return false;
-      if (c < 0x80) return true;
-      const Utf8Lead lead = utf8_lead(c);
-      if (lead.continuation == 0) return false;
-      f.utf8_left = uint8_t(lead.continuation);
-      f.utf8_min = lead.first_min, f.utf8_max = lead.first_max;
-      return true;
+      return begin_character(f, c);
     }
     case Mode::Escape:
       if (c == 'u') return f.mode = Mode::Unicode, f.step = 0, f.unit = 0, true;
