@@ -20,7 +20,7 @@ constexpr int kMaxIntegerDigits = 20, kMaxExponentDigits = 2;
 // Past any double: strict parsers (nlohmann's, .NET's) refuse these. Bounded integers stay within int64.
 constexpr int kMaxBoundedDigits = 19;
 constexpr size_t kMaxWays = 32;       // stacks followed at once (ways anyOf and enum leave open)
-constexpr int kMaxForkLevels = 16;    // anyOf within anyOf
+constexpr int kMaxForkLevels = 16;    // anyOf within anyOf (server/json_schema resolves them to one level)
 constexpr int32_t kTrue = -1, kFalse = -2, kNull = -3;
 inline const std::string kLiteralTexts[3] = {"true", "false", "null"};
 constexpr __int128 kBoundScale = 1'000'000'000'000'000;  // 10^JsonSchemaNode::kBoundDecimals
