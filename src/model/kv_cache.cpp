@@ -119,6 +119,7 @@ KvCache::KvCache(const Gemma4Config& config, const ModelWeights& weights, const 
   if (options.prefault) prefault_blocks(options.full_blocks, options.sliding_blocks);
   // Hand out low block numbers first: they are the ones most likely already backed by memory.
   for (int64_t b = options.full_blocks - 1; b >= 0; --b) free_full_.push_back(int32_t(b));
+  full_holders_.assign(size_t(options.full_blocks), 0);
   for (int64_t b = options.sliding_blocks - 1; b >= 0; --b) free_sliding_.push_back(int32_t(b));
 }
 
@@ -235,10 +236,7 @@ bool KvCache::reserve(KvSequenceBlocks& seq, int end) {
   const auto [full_needed, sliding_net] = blocks_needed(seq, end);
   if (full_needed > free_full_blocks() || sliding_net > free_sliding_blocks()) return false;
   if (options_.sliding_blocks > 0 && seq.sliding.empty()) seq.sliding_first = first_visible_block(seq.length);
-  for (int64_t i = 0; i < full_needed; ++i) {
-    seq.full.push_back(free_full_.back());
-    free_full_.pop_back();
-  }
+  for (int64_t i = 0; i < full_needed; ++i) seq.full.push_back(take_full());
   const int64_t sliding_needed = options_.sliding_blocks > 0 ? new_sliding_blocks(seq, end) : 0;
   for (int64_t i = sliding_blocks_to_drop(seq, sliding_needed).first; i > 0; --i) drop_oldest_sliding(seq);
   for (int64_t i = 0; i < sliding_needed; ++i) {
@@ -255,8 +253,19 @@ void KvCache::trim_window(KvSequenceBlocks& seq) {
     drop_oldest_sliding(seq);
 }
 
+int32_t KvCache::take_full() {
+  const int32_t block = free_full_.back();
+  free_full_.pop_back();
+  full_holders_[size_t(block)] = 1;
+  return block;
+}
+
+void KvCache::let_go_full(int32_t block) {
+  if (--full_holders_[size_t(block)] == 0) free_full_.push_back(block);
+}
+
 void KvCache::release(KvSequenceBlocks& seq) {
-  free_full_.insert(free_full_.end(), seq.full.begin(), seq.full.end());
+  for (int32_t block : seq.full) let_go_full(block);
   free_sliding_.insert(free_sliding_.end(), seq.sliding.begin(), seq.sliding.end());
   free_sliding_.insert(free_sliding_.end(), seq.pinned.begin(), seq.pinned.end());
   seq = KvSequenceBlocks{};
@@ -289,21 +298,35 @@ std::optional<KvSequenceBlocks> KvCache::truncated(const KvSequenceBlocks& seq, 
   return cut;
 }
 
-void KvCache::truncate(KvSequenceBlocks& seq, int length) {
+bool KvCache::truncate(KvSequenceBlocks& seq, int length) {
   std::optional<KvSequenceBlocks> cut = truncated(seq, length);
   if (!cut) fail("cannot cut a sequence of {} positions back to {}: its sliding window has moved on", seq.length, length);
-  free_full_.insert(free_full_.end(), seq.full.begin() + int64_t(cut->full.size()), seq.full.end());
+  const bool copy_last = truncate_blocks_needed(seq, length, [&](int32_t b) { return full_block_holders(b); }) > 0;
+  // The blocks past the cut go back first, so the copy may take one of them.
+  int64_t freed = 0;
+  for (size_t b = cut->full.size(); b < seq.full.size(); ++b) freed += full_block_holders(seq.full[b]) == 1;
+  if (copy_last && free_full_blocks() + freed == 0) return false;
+  for (size_t b = cut->full.size(); b < seq.full.size(); ++b) let_go_full(seq.full[b]);
+  if (copy_last) {
+    // The sequence writes on from `length` into this block, which others read up to their lengths.
+    int32_t& last = cut->full.back();
+    const int32_t copy = take_full();
+    copy_block(AttentionKind::Full, last, copy);
+    let_go_full(last);
+    last = copy;
+  }
   for (const std::vector<int32_t>* run : {&seq.sliding, &seq.pinned})
     for (int32_t block : *run)
       if (std::find(cut->sliding.begin(), cut->sliding.end(), block) == cut->sliding.end()) free_sliding_.push_back(block);
   seq = std::move(*cut);
+  return true;
 }
 
 std::optional<std::pair<int64_t, int64_t>> KvCache::copy_blocks_needed(const KvSequenceBlocks& source,
                                                                        int length) const {
   const std::optional<KvSequenceBlocks> cut = truncated(source, length);
   if (!cut) return std::nullopt;
-  return std::pair{int64_t(cut->full.size()), int64_t(cut->sliding.size())};
+  return std::pair{int64_t(length % options_.block_size != 0 && !cut->full.empty()), int64_t(cut->sliding.size())};
 }
 
 bool KvCache::copy_prefix(const KvSequenceBlocks& source, KvSequenceBlocks& target, int length) {
@@ -311,12 +334,17 @@ bool KvCache::copy_prefix(const KvSequenceBlocks& source, KvSequenceBlocks& targ
     fail("a KV prefix can only be copied into an empty sequence");
   std::optional<KvSequenceBlocks> cut = truncated(source, length);
   if (!cut) fail("cannot copy {} positions of a sequence of {}: its sliding window has moved on", length, source.length);
-  if (int64_t(cut->full.size()) > free_full_blocks() || int64_t(cut->sliding.size()) > free_sliding_blocks()) return false;
-  // The last block may hold the source's later positions too; the target writes over them before any
-  // query of its own reads them.
-  for (int32_t& block : cut->full) {
-    const int32_t copy = free_full_.back();
-    free_full_.pop_back();
+  const auto [full_needed, sliding_needed] = *copy_blocks_needed(source, length);
+  if (full_needed > free_full_blocks() || sliding_needed > free_sliding_blocks()) return false;
+  // A last block that `length` fills in part may hold the source's later positions too; the target
+  // writes over them before any query of its own reads them.
+  for (size_t b = 0; b < cut->full.size(); ++b) {
+    int32_t& block = cut->full[b];
+    if (b + 1 < cut->full.size() || full_needed == 0) {
+      ++full_holders_[size_t(block)];
+      continue;
+    }
+    const int32_t copy = take_full();
     copy_block(AttentionKind::Full, block, copy);
     block = copy;
   }

@@ -3,7 +3,9 @@
 // fixed-size blocks: one for full-attention layers (a sequence holds blocks for its whole context)
 // and one for sliding-window layers (a sequence holds only the blocks its window can still see, and
 // gives older ones back as it advances). Only layers that compute their own K/V have storage;
-// KV-shared layers read their donor's. Each sequence owns a small block table per pool.
+// KV-shared layers read their donor's. Each sequence owns a small block table per pool. Sequences
+// that start with the same prefix (copy_prefix) share the full-attention blocks it fills: a block
+// goes back to the pool when its last holder lets go of it.
 #include <cstdint>
 #include <optional>
 #include <utility>
@@ -96,15 +98,32 @@ class KvCache {
   // from there (prefix reuse); nullopt where a sliding layer has given back a block that a query at
   // `length` still sees. Changes nothing: truncate() does the cut.
   std::optional<KvSequenceBlocks> truncated(const KvSequenceBlocks& seq, int length) const;
-  // Cuts `seq` to truncated(seq, length), returning the rest of its blocks to the pools.
-  void truncate(KvSequenceBlocks& seq, int length);
-  // Blocks (full, sliding) copy_prefix(source, ..., length) takes; nullopt where truncated() is.
+  // Cuts `seq` to truncated(seq, length), returning the rest of its blocks to the pools (full ones
+  // that other sequences share stay with them). A shared block that `length` fills in part is then
+  // replaced by a copy of its own (truncate_blocks_needed); returns false and changes nothing when
+  // the pool, with the blocks the cut gives back, has none for it.
+  bool truncate(KvSequenceBlocks& seq, int length);
+  // Blocks (full, sliding) copy_prefix(source, ..., length) takes from the pools; nullopt where
+  // truncated() is.
   std::optional<std::pair<int64_t, int64_t>> copy_blocks_needed(const KvSequenceBlocks& source, int length) const;
-  // Gives the empty `target` its own copy of the first `length` positions of `source` (the blocks
-  // truncated(source, length) keeps, K and V of every layer), which goes on unchanged: a prompt that
-  // shares a prefix with another sequence's starts from there. Returns false and changes nothing
-  // when a pool is short.
+  // Gives the empty `target` the first `length` positions of `source` (the blocks truncated(source,
+  // length) keeps), which goes on unchanged: a prompt that shares a prefix with another sequence's
+  // starts from there. The full-attention blocks that `length` fills are shared, not copied (a block
+  // is written only at positions past every holder's length, so a whole block below `length` never
+  // changes); a last block it fills only in part, and the sliding blocks, are copied (K and V of
+  // every layer). Returns false and changes nothing when a pool is short.
   bool copy_prefix(const KvSequenceBlocks& source, KvSequenceBlocks& target, int length);
+  // How many sequences hold full-attention block `block` (0: it is free).
+  int32_t full_block_holders(int32_t block) const { return full_holders_[size_t(block)]; }
+  // Full blocks truncate(seq, length) takes from the pool: 1 where the block that would hold
+  // position `length` is partly filled and shared (the cut copies it before the sequence writes
+  // there), else 0. `holders` says how many hold a block (full_block_holders, or a caller's forecast).
+  template <typename Holders>
+  int64_t truncate_blocks_needed(const KvSequenceBlocks& seq, int length, Holders&& holders) const {
+    if (length % options_.block_size == 0 || length > seq.length) return 0;
+    const size_t last = size_t(length / options_.block_size);
+    return last < seq.full.size() && holders(seq.full[last]) > 1 ? 1 : 0;
+  }
   // Keeps the sliding blocks a query at `length - 1` or `length` sees (a prompt's end) when they leave
   // the sequence's window, so that it can be cut back there however far it goes on: the next turn of
   // a chat after a long (thinking) answer, or the same prompt again. Needs pinned_blocks_per_sequence.
@@ -134,11 +153,14 @@ class KvCache {
   std::pair<int64_t, int64_t> sliding_blocks_to_drop(const KvSequenceBlocks& seq, int64_t new_blocks) const;
   bool pins(const KvSequenceBlocks& seq, int64_t logical_block) const;
   void drop_oldest_sliding(KvSequenceBlocks& seq);  // to the pinned run or the pool
+  int32_t take_full();                // a free full block, now held once
+  void let_go_full(int32_t block);    // one holder fewer; back to the pool with none left
 
   const Gemma4Config& config_;
   KvCacheOptions options_;
   std::vector<LayerStorage> layers_;  // by layer index; empty for KV-shared layers
   std::vector<int32_t> free_full_, free_sliding_;
+  std::vector<int32_t> full_holders_;  // by full block: the sequences that hold it
   void* memory_ = nullptr;
   size_t bytes_ = 0;
 };

@@ -1,6 +1,7 @@
 #include "runtime/scheduler.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <utility>
 
 #include "core/error.h"
@@ -31,9 +32,16 @@ int64_t held_blocks(const KvSequenceBlocks& b) { return int64_t(b.full.size() + 
 }  // namespace
 
 int64_t Scheduler::kept_blocks() const {
+  // A kept prefix's full-attention blocks may be shared with running sequences (or other kept ones).
+  std::unordered_map<int32_t, int32_t> kept_holders;
   int64_t blocks = 0;
-  for (size_t s = 0; s < kept_.size(); ++s)
-    if (!kept_[s].tokens.empty()) blocks += held_blocks(worker_.slot(int(s)));
+  for (size_t s = 0; s < kept_.size(); ++s) {
+    if (kept_[s].tokens.empty()) continue;
+    const KvSequenceBlocks& b = worker_.slot(int(s));
+    blocks += int64_t(b.sliding.size() + b.pinned.size());
+    for (int32_t block : b.full) ++kept_holders[block];
+  }
+  for (const auto& [block, holders] : kept_holders) blocks += holders == worker_.cache().full_block_holders(block);
   return blocks;
 }
 
@@ -65,9 +73,27 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
   out.clear();
   const KvCache& cache = worker_.cache();
   int64_t free_full = cache.free_full_blocks(), free_sliding = cache.free_sliding_blocks();
+  // Full-attention blocks are shared between sequences that copied a prefix (KvCache::copy_prefix),
+  // so letting go of one frees it only if nobody else holds it. `holder_change` is what the
+  // operations planned so far do to each block's holders.
+  using HolderChange = std::unordered_map<int32_t, int32_t>;
+  HolderChange holder_change;
+  auto holders_after = [&](const HolderChange& change, int32_t block) {
+    const auto it = change.find(block);
+    return cache.full_block_holders(block) + (it == change.end() ? 0 : it->second);
+  };
+  // How many of `blocks` letting go of them frees, given (and recorded in) `change`.
+  auto let_go = [&](HolderChange& change, std::span<const int32_t> blocks) {
+    int64_t freed = 0;
+    for (int32_t block : blocks) {
+      freed += holders_after(change, block) == 1;
+      --change[block];
+    }
+    return freed;
+  };
   auto give_back = [&](int slot) {
     const KvSequenceBlocks& b = worker_.slot(slot);
-    free_full += int64_t(b.full.size());
+    free_full += let_go(holder_change, b.full);
     free_sliding += int64_t(b.sliding.size() + b.pinned.size());
     out.kv_ops.push_back({KvOp::Release, slot, 0});
   };
@@ -237,7 +263,8 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
       }
       if (give_up_target) {
         const KvSequenceBlocks& b = worker_.slot(target);
-        freed_full = int64_t(b.full.size());
+        HolderChange peek = holder_change;
+        freed_full = let_go(peek, b.full);
         freed_sliding = int64_t(b.sliding.size() + b.pinned.size());
       }
       bool copies_fit = false;
@@ -257,16 +284,30 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
     const KvSequenceBlocks& held = worker_.slot(source >= 0 ? source : slot);
     const bool holds = source < 0 && !kept_[size_t(slot)].tokens.empty();
     const KvSequenceBlocks start = prefix > 0 ? *cache.truncated(held, prefix) : KvSequenceBlocks{};
-    // A copy takes the blocks it copies; taking a slot gives back what it keeps past the prefix;
-    // other slots' kept prefixes can go too.
-    const int64_t copy_full = source >= 0 ? int64_t(start.full.size()) : 0;
-    const int64_t copy_sliding = source >= 0 ? int64_t(start.sliding.size()) : 0;
-    const int64_t cut_full = holds ? int64_t(held.full.size() - start.full.size()) : 0;
+    // A copy takes the blocks it copies and shares the others; taking a slot gives back what it
+    // keeps past the prefix (less a block to copy where the cut falls inside a shared one); other
+    // slots' kept prefixes can go too.
+    const auto [copy_full, copy_sliding] =
+        source >= 0 ? *cache.copy_blocks_needed(held, prefix) : std::pair<int64_t, int64_t>{0, 0};
+    const std::span<const int32_t> shared_full(start.full.data(), source >= 0 ? start.full.size() - size_t(copy_full) : 0);
+    // The cut: the blocks it frees, and the block it copies first where it falls inside a shared one.
+    HolderChange after_cut;
+    int64_t cut_freed = 0, cut_copy = 0;
+    auto plan_cut = [&] {
+      after_cut = holder_change;
+      if (!holds) return;
+      cut_copy = cache.truncate_blocks_needed(held, prefix, [&](int32_t b) { return holders_after(holder_change, b); });
+      cut_freed = let_go(after_cut, std::span(held.full).subspan(start.full.size()));
+    };
+    plan_cut();
+    const int64_t cut_full = cut_freed - cut_copy;
     const int64_t cut_sliding = holds ? int64_t(held.sliding.size() + held.pinned.size() - start.sliding.size()) : 0;
     int64_t droppable_full = 0, droppable_sliding = 0;
+    HolderChange after_drops = after_cut;
+    for (int32_t block : shared_full) ++after_drops[block];
     for (int s : free_slots_)
       if (s != slot && !kept_[size_t(s)].tokens.empty()) {
-        droppable_full += int64_t(worker_.slot(s).full.size());
+        droppable_full += let_go(after_drops, worker_.slot(s).full);
         droppable_sliding += int64_t(worker_.slot(s).sliding.size() + worker_.slot(s).pinned.size());
       }
     auto [whole_full, whole_sliding] = cache.blocks_needed(start, int(seq->tokens.size()));
@@ -282,13 +323,21 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
         !running.empty())
       break;
     if (holds) {
+      // The cut's copy needs a block when it runs (after the step's earlier operations, with those the
+      // cut frees): kept prefixes go first where there is none, which may also leave the block unshared.
+      while (cut_copy > free_full + cut_freed && drop_kept(slot)) plan_cut();
+      if (cut_copy > free_full + cut_freed) break;
       out.kv_ops.push_back(prefix > 0 ? KvOp{KvOp::Truncate, slot, prefix} : KvOp{KvOp::Release, slot, 0});
-      free_full += cut_full;
+      holder_change = std::move(after_cut);
+      if (cut_copy > 0) --holder_change[held.full[start.full.size() - 1]];  // the cut's own copy instead
+      free_full += cut_freed - cut_copy;
       free_sliding += cut_sliding;
+      low_full = std::min(low_full, free_full);
       kept_[size_t(slot)].tokens.clear();
     }
     if (give_up_target) {
       out.kv_ops.insert(out.kv_ops.begin() + int64_t(copy_at + copies++), KvOp{KvOp::Release, slot, 0});
+      let_go(holder_change, worker_.slot(slot).full);
       free_full += freed_full, free_sliding += freed_sliding;
       low_full += freed_full, low_sliding += freed_sliding;
       kept_[size_t(slot)].tokens.clear();
@@ -297,6 +346,7 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
       // A kept prefix that feeds copies is in use: the last to be given back.
       if (!kept_[size_t(source)].tokens.empty()) kept_[size_t(source)].last_used = ++clock_;
       out.kv_ops.insert(out.kv_ops.begin() + int64_t(copy_at + copies++), KvOp{KvOp::Copy, slot, prefix, source});
+      for (int32_t block : shared_full) ++holder_change[block];
       free_full -= copy_full, free_sliding -= copy_sliding;
       low_full -= copy_full, low_sliding -= copy_sliding;
     }

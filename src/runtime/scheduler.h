@@ -13,10 +13,12 @@
 // the prefix would give. Kept blocks are given back, least recently used first, as soon as a
 // running sequence or an admission needs them.
 //
-// A prompt may also start from a copy of another slot's prefix (a running sequence's, or a kept one
-// it does not take): the n choices of one request, or concurrent chats that share a long system
-// prompt. A waiting prompt that shares at least kMinCopiedPrefix tokens with a sequence still
-// prefilling them waits for that prefill instead of computing the same tokens beside it.
+// A prompt may also start from another slot's prefix (a running sequence's, or a kept one it does
+// not take): the n choices of one request, or concurrent chats that share a long system prompt. It
+// shares the full-attention blocks the prefix fills and copies the rest (KvCache::copy_prefix), so
+// the scheduler counts a block as freed only when its last holder lets go of it. A waiting prompt
+// that shares at least kMinCopiedPrefix tokens with a sequence still prefilling them waits for that
+// prefill instead of computing the same tokens beside it.
 #include <cstdint>
 #include <deque>
 #include <span>

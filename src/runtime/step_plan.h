@@ -15,8 +15,8 @@ struct KvOp {
   Kind kind;
   int32_t slot;
   // Reserve: positions [0, end) must have blocks; Truncate: only [0, end) are kept; Pin: the window
-  // at the prompt's end `end` is kept (KvCache::pin); Copy: the empty `slot` gets a copy of
-  // positions [0, end) of slot `source` (KvCache::copy_prefix)
+  // at the prompt's end `end` is kept (KvCache::pin); Copy: the empty `slot` starts with positions
+  // [0, end) of slot `source`, sharing the blocks they fill (KvCache::copy_prefix)
   int32_t end;
   int32_t source = -1;
 };

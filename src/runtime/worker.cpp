@@ -28,7 +28,8 @@ void Worker::execute(const StepPlan& plan) {
     if (op.kind == KvOp::Release) {
       cache_->release(blocks);
     } else if (op.kind == KvOp::Truncate) {
-      cache_->truncate(blocks, op.end);
+      if (!cache_->truncate(blocks, op.end))
+        fail("KV cut of slot {} to {} positions failed while replaying a step", op.slot, op.end);
     } else if (op.kind == KvOp::Pin) {
       cache_->pin(blocks, op.end);
     } else if (op.kind == KvOp::Copy) {

@@ -111,10 +111,12 @@ TEST(KvCache, SlidingLayersKeepTheirShareAndTruncatedCutsBackToAPrefix) {
   EXPECT_EQ(cache.free_sliding_blocks(), free_sliding);
 }
 
-// copy_prefix gives an empty sequence its own blocks holding what the source's blocks for a prefix
-// hold (the shape truncated() gives, in other physical blocks), every K and V of every layer that
-// owns a cache; the source is unchanged, and a pool too short for the copy changes nothing.
-TEST(KvCache, CopyPrefixGivesAnotherSequenceItsOwnCopyOfTheBlocks) {
+// copy_prefix gives an empty sequence the blocks for a prefix (the shape truncated() gives): the
+// full-attention blocks the prefix fills are shared, and its last, partly filled block and the
+// sliding blocks are copies of their own holding every K and V of every layer that owns a cache;
+// the source is unchanged, and a pool too short for the copy changes nothing. A shared block goes
+// back to the pool with its last holder.
+TEST(KvCache, CopyPrefixSharesTheBlocksItFillsAndCopiesTheRest) {
   auto ckpt = Gemma4Checkpoint::open(test::checkpoint_for("golden"));
   const Gemma4Config& c = ckpt->config;
   KvCache cache(c, ckpt->weights, KvCache::plan(c, ckpt->weights, 16 << 20, 4, 32, 16, KvDType::F32));
@@ -146,7 +148,8 @@ TEST(KvCache, CopyPrefixGivesAnotherSequenceItsOwnCopyOfTheBlocks) {
   ASSERT_TRUE(want);
   const auto needed = cache.copy_blocks_needed(source, 66);
   ASSERT_TRUE(needed);
-  EXPECT_EQ(needed->first, int64_t(want->full.size()));
+  ASSERT_EQ(want->full.size(), 5u) << "66 positions: four whole blocks and two positions of a fifth";
+  EXPECT_EQ(needed->first, 1);
   EXPECT_EQ(needed->second, int64_t(want->sliding.size()));
 
   KvSequenceBlocks copy;
@@ -155,17 +158,24 @@ TEST(KvCache, CopyPrefixGivesAnotherSequenceItsOwnCopyOfTheBlocks) {
   EXPECT_EQ(copy.sliding_first, want->sliding_first);
   ASSERT_EQ(copy.full.size(), want->full.size());
   ASSERT_EQ(copy.sliding.size(), want->sliding.size());
-  EXPECT_EQ(cache.free_full_blocks(), free_full - int64_t(copy.full.size()));
+  EXPECT_EQ(cache.free_full_blocks(), free_full - 1);
   EXPECT_EQ(cache.free_sliding_blocks(), free_sliding - int64_t(copy.sliding.size()));
   EXPECT_EQ(source.full, before.full);
   EXPECT_EQ(source.sliding, before.sliding);
+  for (size_t b = 0; b < 4; ++b) {
+    EXPECT_EQ(copy.full[b], source.full[b]) << "a whole block is shared";
+    EXPECT_EQ(cache.full_block_holders(source.full[b]), 2);
+  }
+  EXPECT_EQ(std::count(source.full.begin(), source.full.end(), copy.full[4]), 0) << "the partial block is copied";
+  EXPECT_EQ(cache.full_block_holders(copy.full[4]), 1);
+  EXPECT_EQ(cache.full_block_holders(source.full[4]), 1);
   for (int layer = 0; layer < c.first_kv_shared_layer(); ++layer) {
     const KvLayerView v = cache.layer_view(layer);
     const bool full = c.layers[size_t(layer)].kind == AttentionKind::Full;
     const std::vector<int32_t>& from = full ? want->full : want->sliding;
     const std::vector<int32_t>& to = full ? copy.full : copy.sliding;
     for (size_t b = 0; b < from.size(); ++b) {
-      EXPECT_EQ(std::count(from.begin(), from.end(), to[b]), 0) << "a block of its own";
+      if (!full || b == 4) EXPECT_EQ(std::count(from.begin(), from.end(), to[b]), 0) << "a block of its own";
       for (int part = 0; part < 2; ++part) {
         const float* base = static_cast<const float*>(part == 0 ? v.keys : v.values);
         for (int h = 0; h < v.kv_heads; ++h)
@@ -190,10 +200,79 @@ TEST(KvCache, CopyPrefixGivesAnotherSequenceItsOwnCopyOfTheBlocks) {
   EXPECT_TRUE(refused.full.empty() && refused.sliding.empty());
   EXPECT_EQ(cache.free_full_blocks(), left_full);
   EXPECT_EQ(cache.free_sliding_blocks(), left_sliding);
-  for (KvSequenceBlocks* s : {&source, &copy}) cache.release(*s);
   for (KvSequenceBlocks& s : hogs) cache.release(s);
+  // A prefix of whole blocks takes no full block at all.
+  KvSequenceBlocks whole;
+  ASSERT_EQ(cache.copy_blocks_needed(source, 64)->first, 0);
+  const int64_t before_whole = cache.free_full_blocks();
+  ASSERT_TRUE(cache.copy_prefix(source, whole, 64));
+  EXPECT_EQ(cache.free_full_blocks(), before_whole);
+  EXPECT_EQ(whole.full, std::vector<int32_t>(source.full.begin(), source.full.begin() + 4));
+  EXPECT_EQ(cache.full_block_holders(source.full[0]), 3);
+  // The source going first leaves the shared blocks with the others.
+  const std::vector<int32_t> shared(source.full.begin(), source.full.begin() + 4);
+  cache.release(source);
+  for (int32_t b : shared) EXPECT_EQ(cache.full_block_holders(b), 2);
+  cache.release(copy);
+  for (int32_t b : shared) EXPECT_EQ(cache.full_block_holders(b), 1);
+  cache.release(whole);
+  for (int32_t b : shared) EXPECT_EQ(cache.full_block_holders(b), 0);
   EXPECT_EQ(cache.free_full_blocks(), cache.options().full_blocks);
   EXPECT_EQ(cache.free_sliding_blocks(), cache.options().sliding_blocks);
+}
+
+// A sequence cut back inside a block it shares writes on from there, so the cut gives it a copy of
+// that block first (the others keep reading theirs); with no block left for the copy the cut is
+// refused and changes nothing. Cutting at a block's edge needs no copy.
+TEST(KvCache, CuttingInsideASharedBlockCopiesItFirst) {
+  auto ckpt = Gemma4Checkpoint::open(test::checkpoint_for("golden"));
+  const Gemma4Config& c = ckpt->config;
+  KvCache cache(c, ckpt->weights, KvCache::plan(c, ckpt->weights, 16 << 20, 4, 32, 16, KvDType::F32));
+  int full_layer = -1;
+  for (int layer = 0; layer < c.first_kv_shared_layer() && full_layer < 0; ++layer)
+    if (c.layers[size_t(layer)].kind == AttentionKind::Full) full_layer = layer;
+  ASSERT_GE(full_layer, 0);
+  const KvLayerView v = cache.layer_view(full_layer);
+  auto first_key = [&](int32_t block) { return static_cast<float*>(v.keys) + int64_t(block) * v.block_stride; };
+  KvSequenceBlocks source;
+  ASSERT_TRUE(cache.reserve(source, 48));
+  source.length = 48;
+  for (int32_t b : source.full) *first_key(b) = float(100 + b);
+  KvSequenceBlocks other;
+  ASSERT_TRUE(cache.copy_prefix(source, other, 48));
+  ASSERT_EQ(other.full, source.full);
+  const std::vector<int32_t> shared = source.full;
+
+  EXPECT_EQ(cache.truncate_blocks_needed(source, 32, [&](int32_t b) { return cache.full_block_holders(b); }), 0);
+  EXPECT_EQ(cache.truncate_blocks_needed(source, 40, [&](int32_t b) { return cache.full_block_holders(b); }), 1);
+  // No block free for the copy: refused, nothing changed.
+  KvSequenceBlocks hog;
+  while (cache.free_full_blocks() > 0) {
+    ASSERT_TRUE(cache.reserve(hog, hog.length + 16));
+    hog.length += 16;
+    cache.trim_window(hog);
+  }
+  EXPECT_FALSE(cache.truncate(source, 40));
+  EXPECT_EQ(source.full, shared);
+  EXPECT_EQ(source.length, 48);
+  cache.release(hog);
+
+  ASSERT_TRUE(cache.truncate(source, 40));
+  ASSERT_EQ(source.full.size(), 3u);
+  EXPECT_EQ(source.full[0], shared[0]);
+  EXPECT_EQ(source.full[1], shared[1]);
+  EXPECT_NE(source.full[2], shared[2]) << "a copy of its own";
+  EXPECT_EQ(*first_key(source.full[2]), float(100 + shared[2])) << "holding what the shared block held";
+  EXPECT_EQ(cache.full_block_holders(shared[2]), 1);
+  EXPECT_EQ(cache.full_block_holders(source.full[2]), 1);
+  EXPECT_EQ(cache.full_block_holders(shared[0]), 2);
+  const int64_t before_release = cache.free_full_blocks();
+  cache.release(other);
+  EXPECT_EQ(cache.free_full_blocks(), before_release + 1) << "only its third block had no other holder left";
+  EXPECT_EQ(cache.full_block_holders(shared[2]), 0);
+  EXPECT_EQ(cache.full_block_holders(shared[0]), 1);
+  cache.release(source);
+  EXPECT_EQ(cache.free_full_blocks(), cache.options().full_blocks);
 }
 
 // A pinned prompt window: the sliding blocks a query at the prompt's end (or one before) sees stay
