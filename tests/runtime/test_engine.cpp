@@ -616,6 +616,7 @@ TEST_F(EngineTest, ChoicesOfOnePromptShareItsBlocks) {
   };
   std::vector<Times> times(4);
   std::vector<std::unique_ptr<Collector>> choices;
+  std::vector<GenerationRequest> requests;  // submitted together, as the server submits a request's n choices
   for (int i = 0; i < 4; ++i) {
     choices.push_back(std::make_unique<Collector>());
     GenerationRequest r = greedy_request(prompt, 8, *choices.back());
@@ -625,8 +626,9 @@ TEST_F(EngineTest, ChoicesOfOnePromptShareItsBlocks) {
       if (e.finish != FinishReason::None) times[size_t(i)].finish = now;
       inner(e);
     };
-    engine->submit(std::move(r));
+    requests.push_back(std::move(r));
   }
+  engine->submit_all(std::move(requests));
   for (auto& c : choices) c->wait();
   int first_finish = INT32_MAX;
   for (const Times& t : times) first_finish = std::min(first_finish, t.finish);
@@ -755,8 +757,10 @@ TEST_F(EngineTest, CuttingAKeptPrefixInsideASharedBlockLeavesTheOtherHolderIntac
   };
   const auto first = branch(100, 211, 0), second = branch(100, 212, 5);
   Collector a, b;
-  engine->submit(greedy_request(first, 2, a));
-  engine->submit(greedy_request(second, 30, b));
+  std::vector<GenerationRequest> both;
+  both.push_back(greedy_request(first, 2, a));
+  both.push_back(greedy_request(second, 30, b));
+  engine->submit_all(std::move(both));  // together: the second waits for the first's prefill, then shares it
   a.wait();
   b.wait();
   ASSERT_EQ(b.cached_prompt_tokens, 100) << "the second copied the first's start";
