@@ -32,16 +32,24 @@ int64_t held_blocks(const KvSequenceBlocks& b) { return int64_t(b.full.size() + 
 }  // namespace
 
 int64_t Scheduler::kept_blocks() const {
-  // A kept prefix's full-attention blocks may be shared with running sequences (or other kept ones).
-  std::unordered_map<int32_t, int32_t> kept_holders;
+  // A kept prefix's full-attention blocks may be shared with running sequences or other kept ones: a
+  // shared block counts where all its holders are kept.
+  const KvCache& cache = worker_.cache();
+  std::vector<int32_t> shared;
   int64_t blocks = 0;
   for (size_t s = 0; s < kept_.size(); ++s) {
     if (kept_[s].tokens.empty()) continue;
     const KvSequenceBlocks& b = worker_.slot(int(s));
     blocks += int64_t(b.sliding.size() + b.pinned.size());
-    for (int32_t block : b.full) ++kept_holders[block];
+    for (int32_t block : b.full)
+      if (cache.full_block_holders(block) == 1) ++blocks;
+      else shared.push_back(block);
   }
-  for (const auto& [block, holders] : kept_holders) blocks += holders == worker_.cache().full_block_holders(block);
+  std::sort(shared.begin(), shared.end());
+  for (size_t i = 0, j = 0; i < shared.size(); i = j) {
+    while (j < shared.size() && shared[j] == shared[i]) ++j;
+    blocks += int64_t(j - i) == cache.full_block_holders(shared[i]);
+  }
   return blocks;
 }
 
@@ -82,10 +90,17 @@ std::vector<ScheduledSequence*> Scheduler::plan(std::deque<ScheduledSequence*>& 
     const auto it = change.find(block);
     return cache.full_block_holders(block) + (it == change.end() ? 0 : it->second);
   };
-  // How many of `blocks` letting go of them frees, given (and recorded in) `change`.
+  // How many of `blocks` letting go of them frees, given (and recorded in) `change`. A block with one
+  // holder and no change planned goes with that holder, and nothing planned later can touch it (only
+  // holders give blocks to copies), so only shared blocks are recorded: the maps stay as small as the
+  // sharing, whatever the contexts' lengths.
   auto let_go = [&](HolderChange& change, std::span<const int32_t> blocks) {
     int64_t freed = 0;
     for (int32_t block : blocks) {
+      if (cache.full_block_holders(block) == 1 && !change.contains(block)) {
+        ++freed;
+        continue;
+      }
       freed += holders_after(change, block) == 1;
       --change[block];
     }
