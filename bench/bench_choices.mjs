@@ -1,5 +1,5 @@
 // Several choices of one long prompt (`n`): the server prefills the prompt once and the other
-// choices start from copies of its cache (docs/server.md, "Prefix reuse"). Run it against `tandem
+// choices start from its cache, sharing its blocks (docs/server.md, "Prefix reuse"). Run it against `tandem
 // serve` with and without --no-prefix-cache to see the difference.
 //
 //   node bench/bench_choices.mjs [--url http://127.0.0.1:8080] [--model ID] [--n 4] [--repeat 50]
